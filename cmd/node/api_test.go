@@ -1,0 +1,297 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+const apiYAML = `
+node:
+  max_key_bytes: 64
+namespaces:
+  - name: default
+  - name: shared
+    strategy: memory
+    sync_rate: 1h
+    window_sizes: [1s, 1m]
+policies:
+  - name: api
+    namespace: default
+    limits:
+      - {limit: 2, window: 1s, type: fixed}
+      - {limit: 100, window: 1m}
+  - name: heavy
+    namespace: shared
+    cost: 3
+    limits: [{limit: 10, window: 1m}]
+`
+
+// checkAnswer is the JSON answer of /v1/check.
+type checkAnswer struct {
+	Allowed      bool  `json:"allowed"`
+	RetryAfterMS int64 `json:"retry_after_ms"`
+	Limits       []struct {
+		Limit     float64 `json:"limit"`
+		Window    string  `json:"window"`
+		Type      string  `json:"type"`
+		Remaining float64 `json:"remaining"`
+		ResetMS   int64   `json:"reset_ms"`
+	} `json:"limits"`
+}
+
+func decodeAnswer(t *testing.T, w *httptest.ResponseRecorder) checkAnswer {
+	t.Helper()
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("Content-Type = %q; body %s", ct, w.Body)
+	}
+	var a checkAnswer
+	dec := json.NewDecoder(w.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		t.Fatalf("answer %q: %v", w.Body, err)
+	}
+	return a
+}
+
+func TestCheckNamespaceForm(t *testing.T) {
+	n := newTestNode(t, apiYAML, nil)
+	body := `{"namespace":"default","key":"user:42","cost":1,"limits":[{"limit":100,"window":"1m"},{"limit":2,"window":"1s","type":"fixed"}]}`
+	tests := []struct {
+		name       string
+		wantStatus int
+		wantRemain string
+	}{
+		{"first", http.StatusOK, "1"},
+		{"second", http.StatusOK, "0"},
+		{"third is denied", http.StatusTooManyRequests, "0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := do(n.api, "POST", "/v1/check", body)
+			if w.Code != tt.wantStatus {
+				t.Fatalf("status %d, want %d; body %s", w.Code, tt.wantStatus, w.Body)
+			}
+			h := w.Header()
+			if got := h.Get("RateLimit-Policy"); got != `"default/1m";q=100;w=60, "default/1s/fixed";q=2;w=1` {
+				t.Errorf("RateLimit-Policy = %q", got)
+			}
+			if got := h.Get("RateLimit"); !strings.HasPrefix(got, `"default/1m";r=`) || !strings.Contains(got, `"default/1s/fixed";r=`+tt.wantRemain+";t=") {
+				t.Errorf("RateLimit = %q", got)
+			}
+			if h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != tt.wantRemain || h.Get("X-RateLimit-Reset") == "" {
+				t.Errorf("X-RateLimit-* = %q %q %q", h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"), h.Get("X-RateLimit-Reset"))
+			}
+			a := decodeAnswer(t, w)
+			if a.Allowed != (tt.wantStatus == http.StatusOK) || len(a.Limits) != 2 || a.Limits[0].Window != "1m" || a.Limits[1].Type != "fixed" {
+				t.Errorf("answer %+v", a)
+			}
+			if tt.wantStatus == http.StatusTooManyRequests {
+				if h.Get("Retry-After") != "1" || a.RetryAfterMS <= 0 || a.RetryAfterMS > 1000 {
+					t.Errorf("Retry-After %q, retry_after_ms %d", h.Get("Retry-After"), a.RetryAfterMS)
+				}
+			} else if h.Get("Retry-After") != "" {
+				t.Errorf("Retry-After on an allowed request: %q", h.Get("Retry-After"))
+			}
+		})
+	}
+}
+
+func TestCheckPolicyForm(t *testing.T) {
+	n := newTestNode(t, apiYAML, nil)
+	tests := []struct {
+		name       string
+		body       string
+		wantStatus int
+		wantRemain float64 // of the first limit
+	}{
+		{"policy api", `{"policy":"api","key":"k"}`, http.StatusOK, 1},
+		{"again", `{"policy":"api","key":"k"}`, http.StatusOK, 0},
+		{"denied", `{"policy":"api","key":"k"}`, http.StatusTooManyRequests, 0},
+		{"cost 0 asks without counting", `{"policy":"api","key":"k2","cost":0}`, http.StatusOK, 2},
+		{"policy cost applies", `{"policy":"heavy","key":"k"}`, http.StatusOK, 7},
+		{"explicit cost wins", `{"policy":"heavy","key":"k","cost":1}`, http.StatusOK, 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := do(n.api, "POST", "/v1/check", tt.body)
+			if w.Code != tt.wantStatus {
+				t.Fatalf("status %d, want %d; body %s", w.Code, tt.wantStatus, w.Body)
+			}
+			if a := decodeAnswer(t, w); a.Limits[0].Remaining != tt.wantRemain {
+				t.Errorf("remaining %v, want %v", a.Limits[0].Remaining, tt.wantRemain)
+			}
+			if !strings.Contains(w.Header().Get("RateLimit-Policy"), `"`+strings.Split(tt.body, `"`)[3]+`/`) {
+				t.Errorf("RateLimit-Policy = %q does not name the policy", w.Header().Get("RateLimit-Policy"))
+			}
+		})
+	}
+}
+
+func TestCheckBadInput(t *testing.T) {
+	n := newTestNode(t, apiYAML, nil)
+	lim := `"limits":[{"limit":10,"window":"1m"}]`
+	tests := []struct {
+		name       string
+		method     string
+		body       string
+		wantStatus int
+		wantField  string
+		wantDetail string
+	}{
+		{"malformed", "", `{"key":`, 400, "body", "malformed JSON"},
+		{"not JSON", "", `key=1`, 400, "body", "malformed JSON at byte 1"},
+		{"trailing data", "", `{"key":"k",` + lim + `} {}`, 400, "body", "unexpected data after the JSON object"},
+		{"empty", "", ``, 400, "body", "empty"},
+		{"array", "", `[1]`, 400, "body", "JSON object"},
+		{"null", "", `null`, 400, "key", "required"},
+		{"unknown field", "", `{"key":"k","colour":1,` + lim + `}`, 400, "colour", "unknown field"},
+		{"unknown limit field", "", `{"key":"k","limits":[{"limit":1,"window":"1s","burst":3}]}`, 400, "limits[0].burst", "unknown field"},
+		{"missing key", "", `{` + lim + `}`, 400, "key", "required"},
+		{"key not a string", "", `{"key":42,` + lim + `}`, 400, "key", "must be a string"},
+		{"key too long", "", `{"key":"` + strings.Repeat("k", 65) + `",` + lim + `}`, 400, "key", "65 bytes: must be at most 64"},
+		{"negative cost", "", `{"key":"k","cost":-1,` + lim + `}`, 400, "cost", "must be >= 0"},
+		{"NaN cost", "", `{"key":"k","cost":"NaN",` + lim + `}`, 400, "cost", "must be a number"},
+		{"infinite cost", "", `{"key":"k","cost":1e400,` + lim + `}`, 400, "cost", "must be a finite number"},
+		{"huge cost", "", `{"key":"k","cost":1e300,` + lim + `}`, 400, "cost", "at most 1e+15"},
+		{"cost above limit", "", `{"key":"k","cost":11,` + lim + `}`, 400, "cost", "must be at most limits[0].limit"},
+		{"no limits", "", `{"key":"k"}`, 400, "limits", "required"},
+		{"limits not a list", "", `{"key":"k","limits":{}}`, 400, "limits", "must be a list"},
+		{"limit zero", "", `{"key":"k","limits":[{"limit":0,"window":"1s"}]}`, 400, "limits[0].limit", "must be > 0"},
+		{"limit negative", "", `{"key":"k","limits":[{"limit":1,"window":"1s"},{"limit":-5,"window":"1m"}]}`, 400, "limits[1].limit", "must be > 0"},
+		{"limit NaN", "", `{"key":"k","limits":[{"limit":"NaN","window":"1s"}]}`, 400, "limits[0].limit", "must be a number"},
+		{"window 0s", "", `{"key":"k","limits":[{"limit":1,"window":"0s"}]}`, 400, "limits[0].window", `"0s": must be > 0`},
+		{"window abc", "", `{"key":"k","limits":[{"limit":1,"window":"abc"}]}`, 400, "limits[0].window", `"abc": must be a duration like 1s, 1m, 1h`},
+		{"window missing", "", `{"key":"k","limits":[{"limit":1}]}`, 400, "limits[0].window", "required"},
+		{"window not in namespace", "", `{"key":"k","limits":[{"limit":1,"window":"2m"}]}`, 400, "limits[0].window", "must be one of the window sizes"},
+		{"window a number", "", `{"key":"k","limits":[{"limit":1,"window":60}]}`, 400, "limits[0].window", "must be a string"},
+		{"type", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky"}]}`, 400, "limits[0].type", "must be sliding or fixed"},
+		{"17 limits", "", `{"key":"k","limits":[` + strings.Repeat(`{"limit":1,"window":"1s"},`, 16) + `{"limit":1,"window":"1s"}]}`, 400, "limits", "at most 16"},
+		{"unknown namespace", "", `{"namespace":"nope","key":"k",` + lim + `}`, 404, "namespace", `namespace "nope"`},
+		{"unknown policy", "", `{"policy":"nope","key":"k"}`, 404, "policy", `policy "nope"`},
+		{"policy with limits", "", `{"policy":"api","key":"k",` + lim + `}`, 400, "limits", "not with policy"},
+		{"policy with namespace", "", `{"policy":"api","namespace":"default","key":"k"}`, 400, "namespace", "not with policy"},
+		{"oversized body", "", `{"key":"` + strings.Repeat("k", 70<<10) + `"}`, 413, "body", "at most 65536 bytes"},
+		{"wrong method", "GET", ``, 405, "", "allowed: POST"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			method := tt.method
+			if method == "" {
+				method = "POST"
+			}
+			w := do(n.api, method, "/v1/check", tt.body)
+			if w.Code != tt.wantStatus {
+				t.Fatalf("status %d, want %d; body %s", w.Code, tt.wantStatus, w.Body)
+			}
+			p := problemOfBody(t, w)
+			if p.Field != tt.wantField || !strings.Contains(p.Detail, tt.wantDetail) {
+				t.Errorf("field %q detail %q; want field %q, detail containing %q", p.Field, p.Detail, tt.wantField, tt.wantDetail)
+			}
+		})
+	}
+}
+
+func TestIncrementAndWindow(t *testing.T) {
+	n := newTestNode(t, apiYAML, nil)
+	type window struct {
+		Namespace     string  `json:"namespace"`
+		Key           string  `json:"key"`
+		Window        string  `json:"window"`
+		WindowStartMS int64   `json:"window_start_ms"`
+		Rate          float64 `json:"rate"`
+		Current       float64 `json:"current"`
+		Previous      float64 `json:"previous"`
+		Weight        float64 `json:"weight"`
+	}
+	tests := []struct {
+		name        string
+		method      string
+		target      string
+		body        string
+		wantCurrent float64
+	}{
+		{"increment by default 1", "POST", "/v1/increment", `{"key":"k","window":"1m"}`, 1},
+		{"increment by 2.5", "POST", "/v1/increment", `{"namespace":"default","key":"k","window":"1m","value":2.5}`, 3.5},
+		{"refund", "POST", "/v1/increment", `{"key":"k","window":"1m","value":-0.5}`, 3},
+		{"read", "GET", "/v1/window?namespace=default&key=k&window=1m", "", 3},
+		{"read another key", "GET", "/v1/window?key=other&window=1m", "", 0},
+		{"memory namespace", "POST", "/v1/increment", `{"namespace":"shared","key":"k","window":"1s","value":4}`, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := do(n.api, tt.method, tt.target, tt.body)
+			if w.Code != http.StatusOK {
+				t.Fatalf("status %d; body %s", w.Code, w.Body)
+			}
+			var got window
+			if err := json.Unmarshal(w.Body.Bytes(), &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Current != tt.wantCurrent || got.Rate < got.Current || got.Weight <= 0 || got.Weight > 1 || got.WindowStartMS <= 0 || got.Key == "" {
+				t.Errorf("window %+v, want current %v", got, tt.wantCurrent)
+			}
+		})
+	}
+}
+
+func TestIncrementAndWindowBadInput(t *testing.T) {
+	n := newTestNode(t, apiYAML, nil)
+	tests := []struct {
+		name       string
+		method     string
+		target     string
+		body       string
+		wantStatus int
+		wantField  string
+	}{
+		{"increment: no key", "POST", "/v1/increment", `{"window":"1m"}`, 400, "key"},
+		{"increment: no window", "POST", "/v1/increment", `{"key":"k"}`, 400, "window"},
+		{"increment: bad window", "POST", "/v1/increment", `{"key":"k","window":"1x"}`, 400, "window"},
+		{"increment: window not in namespace", "POST", "/v1/increment", `{"key":"k","window":"1h","namespace":"shared"}`, 400, "window"},
+		{"increment: NaN value", "POST", "/v1/increment", `{"key":"k","window":"1m","value":"NaN"}`, 400, "value"},
+		{"increment: huge value", "POST", "/v1/increment", `{"key":"k","window":"1m","value":-1e99}`, 400, "value"},
+		{"increment: unknown field", "POST", "/v1/increment", `{"key":"k","window":"1m","cost":1}`, 400, "cost"},
+		{"increment: unknown namespace", "POST", "/v1/increment", `{"namespace":"x","key":"k","window":"1m"}`, 404, "namespace"},
+		{"increment: GET", "GET", "/v1/increment", ``, 405, ""},
+		{"window: no key", "GET", "/v1/window?window=1m", "", 400, "key"},
+		{"window: no window", "GET", "/v1/window?key=k", "", 400, "window"},
+		{"window: unknown parameter", "GET", "/v1/window?key=k&window=1m&colour=red", "", 400, "colour"},
+		{"window: repeated parameter", "GET", "/v1/window?key=k&key=j&window=1m", "", 400, "key"},
+		{"window: unknown namespace", "GET", "/v1/window?namespace=x&key=k&window=1m", "", 404, "namespace"},
+		{"window: POST", "POST", "/v1/window", "", 405, ""},
+		{"unknown endpoint", "GET", "/v2/check", "", 404, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := do(n.api, tt.method, tt.target, tt.body)
+			if w.Code != tt.wantStatus {
+				t.Fatalf("status %d, want %d; body %s", w.Code, tt.wantStatus, w.Body)
+			}
+			if p := problemOfBody(t, w); p.Field != tt.wantField {
+				t.Errorf("field %q, want %q (%s)", p.Field, tt.wantField, p.Detail)
+			}
+		})
+	}
+}
+
+// A body without a declared length (chunked) is cut at the limit too.
+func TestCheckChunkedBodyTooLarge(t *testing.T) {
+	n := newTestNode(t, "", nil)
+	body := io.MultiReader(strings.NewReader(`{"key":"`), strings.NewReader(strings.Repeat("k", 70<<10)), strings.NewReader(`"}`))
+	r := httptest.NewRequest("POST", "/v1/check", body)
+	if r.ContentLength != -1 {
+		t.Fatalf("ContentLength %d, want -1 (chunked)", r.ContentLength)
+	}
+	w := httptest.NewRecorder()
+	n.api.ServeHTTP(w, r)
+	if w.Code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	if p := problemOfBody(t, w); p.Field != "body" {
+		t.Errorf("field %q", p.Field)
+	}
+}

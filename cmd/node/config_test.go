@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestExampleConfigParses(t *testing.T) {
+	data, err := os.ReadFile("testdata/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseConfig("testdata/example.yaml", data, envOf(map[string]string{
+		EnvRedisURL:    "redis://:s3cret@127.0.0.1:6379/0",
+		EnvPostgresURL: "postgres://u:pw@127.0.0.1:5432/db",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Namespaces) != 3 || len(cfg.Policies) != 3 || cfg.Gateway == nil || len(cfg.Gateway.Routes) != 3 {
+		t.Fatalf("parsed %d namespaces, %d policies, gateway %v", len(cfg.Namespaces), len(cfg.Policies), cfg.Gateway)
+	}
+	api := cfg.Namespaces[1]
+	if api.Strategy != StrategyRedis || api.SyncRate != Duration(time.Second) || api.urlFrom != EnvRedisURL || api.Redis.Prefix != "ratesync-example" {
+		t.Errorf("namespace api = %+v", api)
+	}
+	if p := cfg.Policies[0]; len(p.Limits) != 2 || p.Limits[1].Type != "fixed" || p.Key[0] != "header:X-Api-Key" {
+		t.Errorf("policy api = %+v", p)
+	}
+	if m := cfg.Masked(); strings.Contains(m.Namespaces[1].URL, "s3cret") || strings.Contains(m.Namespaces[2].URL, "pw") {
+		t.Errorf("masked URLs: %q, %q", m.Namespaces[1].URL, m.Namespaces[2].URL)
+	}
+}
+
+func TestDefaultConfig(t *testing.T) {
+	cfg, err := loadConfig(nil, envOf(nil), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.Listen != "127.0.0.1:8080" || len(cfg.Namespaces) != 1 {
+		t.Fatalf("default config: %+v", cfg)
+	}
+	ns := cfg.Namespaces[0]
+	if ns.Name != "default" || ns.Strategy != StrategyLocal || len(ns.WindowSizes) != 3 ||
+		ns.WindowSizes[0] != Duration(time.Second) || ns.WindowSizes[2] != Duration(time.Hour) {
+		t.Errorf("default namespace: %+v", ns)
+	}
+	if cfg.Node.MaxBodyBytes != 64<<10 || cfg.Node.MaxKeyBytes != 1024 || cfg.Node.LogFormat != "text" {
+		t.Errorf("node defaults: %+v", cfg.Node)
+	}
+}
+
+func TestLoadConfigFlags(t *testing.T) {
+	file := t.TempDir() + "/node.yaml"
+	if err := os.WriteFile(file, []byte("node:\n  listen: 127.0.0.1:7000\ngateway:\n  upstream: http://127.0.0.1:9\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "listen flag overrides the file", args: []string{"-config", file, "-listen", "127.0.0.1:0"},
+			check: func(t *testing.T, c Config) {
+				if c.Node.Listen != "127.0.0.1:0" {
+					t.Errorf("listen = %q", c.Node.Listen)
+				}
+			}},
+		{name: "gateway listen flag", args: []string{"-config", file, "-gateway-listen", "127.0.0.1:0"},
+			check: func(t *testing.T, c Config) {
+				if c.Gateway.Listen != "127.0.0.1:0" {
+					t.Errorf("gateway listen = %q", c.Gateway.Listen)
+				}
+			}},
+		{name: "json logs", args: []string{"-log-format", "json"},
+			check: func(t *testing.T, c Config) {
+				if c.Node.LogFormat != "json" {
+					t.Errorf("log format = %q", c.Node.LogFormat)
+				}
+			}},
+		{name: "admin token from the environment", env: map[string]string{EnvAdminToken: "tok"},
+			check: func(t *testing.T, c Config) {
+				if c.Node.AdminToken != "tok" || c.Node.adminTokenFrom != EnvAdminToken {
+					t.Errorf("token = %q from %q", c.Node.AdminToken, c.Node.adminTokenFrom)
+				}
+			}},
+		{name: "bad log format", args: []string{"-log-format", "xml"}, wantErr: "-log-format"},
+		{name: "bad listen", args: []string{"-listen", "nope"}, wantErr: "-listen"},
+		{name: "gateway listen without gateway", args: []string{"-gateway-listen", "127.0.0.1:0"}, wantErr: "no gateway section"},
+		{name: "missing file", args: []string{"-config", "/nonexistent.yaml"}, wantErr: "no such file"},
+		{name: "unknown flag", args: []string{"-bogus"}, wantErr: "bogus"},
+		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+		{name: "help", args: []string{"-h"}, wantErr: "help requested"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := loadConfig(tt.args, envOf(tt.env), &bytes.Buffer{})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, cfg)
+		})
+	}
+	if _, err := loadConfig([]string{"-h"}, envOf(nil), &bytes.Buffer{}); !errors.Is(err, errHelp) {
+		t.Errorf("-h: %v, want errHelp", err)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	redis := map[string]string{EnvRedisURL: "redis://127.0.0.1:6379/0"}
+	tests := []struct {
+		name string
+		yaml string
+		env  map[string]string
+		want string // a line of the error
+	}{
+		{"unknown top-level field", "nodes: {}\n", nil, `test.yaml:1: nodes: unknown field (known: gateway, headers, namespaces, node, policies)`},
+		{"unknown nested field", "node:\n  listen: 127.0.0.1:1\n  colour: red\n", nil, `test.yaml:3: node.colour: unknown field`},
+		{"repeated field", "node:\n  id: a\n  id: b\n", nil, `test.yaml:3: node.id: repeated field`},
+		{"bad window in a policy", `
+policies:
+  - name: api
+    limits:
+      - {limit: 100, window: 1m}
+      - {limit: 10, window: abc}
+`, nil, `test.yaml:6: policies[0].limits[1].window: "abc": must be a duration like 1s, 1m, 1h`},
+		{"window not in the namespace", `
+policies:
+  - name: api
+    limits:
+      - limit: 10
+        window: 2m
+`, nil, `test.yaml:6: policies[0].limits[0].window: "2m": must be one of the window sizes of namespace "default": 1s, 1m, 1h`},
+		{"limit zero", "policies:\n  - name: a\n    limits: [{limit: 0, window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: "0": must be > 0`},
+		{"limit not a number", "policies:\n  - name: a\n    limits: [{limit: lots, window: 1s}]\n", nil, `policies[0].limits[0].limit: "lots": must be a number`},
+		{"limit missing", "policies:\n  - name: a\n    limits: [{window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: required`},
+		{"limit type", "policies:\n  - name: a\n    limits: [{limit: 1, window: 1s, type: leaky}]\n", nil, `policies[0].limits[0].type: "leaky": must be one of sliding, fixed`},
+		{"no limits", "policies:\n  - name: a\n", nil, `test.yaml:2: policies[0].limits: required`},
+		{"too many limits", "policies:\n  - name: a\n    limits: [" + strings.Repeat("{limit: 1, window: 1s},", 17) + "]\n", nil, `policies[0].limits: 17 limits: at most 16`},
+		{"cost above a limit", "policies:\n  - name: a\n    cost: 5\n    limits: [{limit: 2, window: 1s}]\n", nil, `policies[0].cost: 5: must be at most limits[0].limit (2)`},
+		{"unknown namespace", "policies:\n  - name: a\n    namespace: nope\n    limits: [{limit: 1, window: 1s}]\n", nil, `test.yaml:3: policies[0].namespace: "nope": no such namespace (namespaces: default)`},
+		{"duplicate policy", "policies:\n  - {name: a, limits: [{limit: 1, window: 1s}]}\n  - {name: a, limits: [{limit: 1, window: 1s}]}\n", nil, `test.yaml:3: policies[1].name: "a": another policy has this name`},
+		{"bad key selector", "policies:\n  - name: a\n    key: cookie\n    limits: [{limit: 1, window: 1s}]\n", nil, `test.yaml:3: policies[0].key: key selector "cookie": must be one of`},
+		{"consumer without header", "policies:\n  - name: a\n    key: consumer\n    limits: [{limit: 1, window: 1s}]\n", nil, `policies[0].key: consumer: needs gateway.consumer_header`},
+		{"missing_key", "policies:\n  - name: a\n    missing_key: anon\n    limits: [{limit: 1, window: 1s}]\n", nil, `policies[0].missing_key: "anon": must be one of ip, empty`},
+		{"deny on a local namespace", "policies:\n  - name: a\n    on_store_down: deny\n    limits: [{limit: 1, window: 1s}]\n", nil, `policies[0].on_store_down: deny: namespace "default" has no store`},
+		{"strategy", "namespaces:\n  - name: x\n    strategy: etcd\n", nil, `test.yaml:3: namespaces[0].strategy: "etcd": must be one of local, memory, redis, postgres`},
+		{"namespace without name", "namespaces:\n  - strategy: local\n", nil, `test.yaml:2: namespaces[0].name: required`},
+		{"sync_rate on local", "namespaces:\n  - name: x\n    sync_rate: 1s\n", nil, `test.yaml:3: namespaces[0].sync_rate: "1s": only with strategy memory, redis or postgres`},
+		{"negative sync_rate", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: -1s\n", nil, `namespaces[0].sync_rate: "-1s": must be > 0 (periodic) or 0 (synchronous)`},
+		{"redis without url", "namespaces:\n  - name: x\n    strategy: redis\n", nil, `test.yaml:2: namespaces[0].url: required with strategy redis (or set RATESYNC_REDIS_URL)`},
+		{"bad redis url from env", "namespaces:\n  - name: x\n    strategy: redis\n", map[string]string{EnvRedisURL: "http://u:hunter2@h/"}, `namespaces[0].url (from RATESYNC_REDIS_URL): http://u:xxxxx@h/: not a Redis URL`},
+		{"url on local", "namespaces:\n  - name: x\n    url: redis://h/0\n", nil, `namespaces[0].url: only with strategy redis or postgres`},
+		{"redis options on memory", "namespaces:\n  - name: x\n    strategy: memory\n    redis: {prefix: p}\n", nil, `namespaces[0].redis: only with strategy redis`},
+		{"duplicate namespace", "namespaces:\n  - name: x\n  - name: x\n", nil, `test.yaml:3: namespaces[1].name: "x": another namespace has this name`},
+		{"window size zero", "namespaces:\n  - name: x\n    window_sizes: [0s]\n", nil, `test.yaml:3: namespaces[0].window_sizes[0]: "0s": must be > 0`},
+		{"window size twice", "namespaces:\n  - name: x\n    window_sizes: [1s, 1s]\n", nil, `namespaces[0].window_sizes[1]: "1s": listed twice`},
+		{"near_limit on local", "namespaces:\n  - name: x\n    near_limit: true\n", nil, `test.yaml:3: namespaces[0].near_limit: "true": needs a store and a periodic sync_rate`},
+		{"near_limit synchronous", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: 0\n    near_limit: true\n", nil, `test.yaml:5: namespaces[0].near_limit: "true": needs a store`},
+		{"dict capacity", "namespaces:\n  - name: x\n    dict_capacity: -5\n", nil, `namespaces[0].dict_capacity: "-5": must be at least 0`},
+		{"pipe in name", "namespaces:\n  - name: a|b\n", nil, `namespaces[0].name: "a|b": must not contain '|'`},
+		{"postgres table", "namespaces:\n  - name: x\n    strategy: postgres\n    url: postgres://h/db\n    postgres: {table: Counters}\n", nil, `namespaces[0].postgres.table: "Counters": must be a lowercase SQL identifier`},
+		{"redis shards", "namespaces:\n  - name: x\n    strategy: redis\n    redis: {shards: 0}\n", redis, `namespaces[0].redis.shards: "0": must be at least 1`},
+		{"listen", "node:\n  listen: localhost\n", nil, `test.yaml:2: node.listen: "localhost": must be host:port`},
+		{"log format", "node:\n  log_format: xml\n", nil, `node.log_format: "xml": must be one of text, json`},
+		{"body limit", "node:\n  max_body_bytes: 10\n", nil, `node.max_body_bytes: "10": must be at least 256`},
+		{"header family", "headers:\n  families: [draft-03]\n", nil, `headers.families[0]: "draft-03": must be one of ratelimit, x-ratelimit`},
+		{"hide not a bool", "headers:\n  hide: maybe\n", nil, `headers.hide: "maybe": must be true or false`},
+		{"gateway without upstream", "gateway:\n  listen: 127.0.0.1:1\n", nil, `test.yaml:2: gateway.upstream: required`},
+		{"gateway upstream", "gateway:\n  upstream: ftp://x\n", nil, `gateway.upstream: "ftp://x": must be an http:// or https:// URL`},
+		{"trusted proxy", "gateway:\n  upstream: http://x\n  trusted_proxies: [10.0.0.0/33]\n", nil, `gateway.trusted_proxies[0]: "10.0.0.0/33": must be an IP address or a CIDR`},
+		{"route without slash", "gateway:\n  upstream: http://x\n  routes: [{path: api, policy: p}]\n", nil, `gateway.routes[0].path: "api": must start with /`},
+		{"route policy", "gateway:\n  upstream: http://x\n  routes:\n    - path: /\n      policy: nope\n", nil, `test.yaml:5: gateway.routes[0].policy: "nope": no such policy`},
+		{"route method", "gateway:\n  upstream: http://x\n  routes: [{path: /, methods: [get], policy: p}]\n", nil, `gateway.routes[0].methods[0]: "get": must be an upper-case HTTP method`},
+		{"same listener", "node:\n  listen: 127.0.0.1:1\ngateway:\n  upstream: http://x\n  listen: 127.0.0.1:1\n", nil, `gateway.listen: "127.0.0.1:1": must differ from node.listen`},
+		{"not a mapping", "- a\n- b\n", nil, `test.yaml:1: (top level): must be a mapping`},
+		{"list expected", "namespaces: {name: x}\n", nil, `test.yaml:1: namespaces: must be a list`},
+		{"yaml syntax", "node: [\n", nil, `test.yaml: yaml:`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseConfig("test.yaml", []byte(tt.yaml), envOf(tt.env))
+			if err == nil {
+				t.Fatalf("no error, want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error:\n%v\nwant a line containing:\n%s", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigCollectsEveryError(t *testing.T) {
+	_, err := parseConfig("test.yaml", []byte("node:\n  colour: red\n  log_level: loud\n"), envOf(nil))
+	if err == nil || strings.Count(err.Error(), "\n") != 1 {
+		t.Errorf("err = %v, want two errors on two lines", err)
+	}
+}
+
+func TestMaskURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"", ""},
+		{"redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"},
+		{"redis://:s3cret@127.0.0.1:6379/0", "redis://:xxxxx@127.0.0.1:6379/0"},
+		{"postgres://app:pa%40ss@db:5432/x?sslmode=disable", "postgres://app:xxxxx@db:5432/x?sslmode=disable"},
+		{"postgres://db/x?password=hunter2&sslmode=require", "postgres://db/x?password=xxxxx&sslmode=require"},
+		{"host=db user=app password=hunter2 dbname=x", "host=db user=app password=xxxxx dbname=x"},
+		{"host=db password='a b' dbname=x", "host=db password=xxxxx dbname=x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			if got := maskURL(tt.in); got != tt.want {
+				t.Errorf("maskURL(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLogsMaskSecrets(t *testing.T) {
+	cfg := testConfig(t, `
+node:
+  admin_token: t0ken-xyz
+namespaces:
+  - name: r
+    strategy: redis
+    url: redis://:pa55word@127.0.0.1:1/0
+`, nil)
+	for _, format := range []string{"text", "json"} {
+		t.Run(format, func(t *testing.T) {
+			cfg.Node.LogFormat = format
+			var buf bytes.Buffer
+			log := newLogger(cfg, &buf)
+			log.Info("dial redis://:pa55word@127.0.0.1:1/0", "url", cfg.Namespaces[0].URL, "err", errors.New("auth pa55word refused"), "token", "t0ken-xyz")
+			if out := buf.String(); strings.Contains(out, "pa55word") || strings.Contains(out, "t0ken-xyz") || !strings.Contains(out, "xxxxx") {
+				t.Errorf("log leaks a secret: %s", out)
+			}
+		})
+	}
+	if err := redactErr(errors.New("final sync: pa55word"), cfg); strings.Contains(err.Error(), "pa55word") {
+		t.Errorf("redactErr: %v", err)
+	}
+}

@@ -1,0 +1,363 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratesync/ratesync/middleware"
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+)
+
+// Server timeouts of the API listener: a client cannot hold a connection
+// or a handler by sending slowly.
+const (
+	apiReadHeaderTimeout = 5 * time.Second
+	apiReadTimeout       = 10 * time.Second
+	apiWriteTimeout      = 10 * time.Second
+	apiIdleTimeout       = 60 * time.Second
+	maxHeaderBytes       = 64 << 10
+	startSyncTimeout     = 5 * time.Second
+	adminSyncTimeout     = 30 * time.Second
+)
+
+// Node is the limiter node: a ratelimiting.Instance with the namespaces of
+// its config, the stores they sync with, the policies, the HTTP API and the
+// optional gateway. Build it with newNode, run it with Serve.
+type Node struct {
+	cfg        Config
+	log        *slog.Logger
+	in         *ratelimiting.Instance
+	stores     *stores
+	metrics    *metrics
+	headers    middleware.HeaderOptions
+	policies   map[string]*policy          // by name; read-only after newNode
+	nsOutcomes map[string]*outcomeCounters // decision counters of /v1/check's namespace form
+	api        http.Handler
+	gateway    http.Handler // nil without a gateway section
+	probes     probes       // store probes of /readyz
+	adminOpen  atomic.Bool  // admin endpoints need no token: none set, loopback listener
+	closing    atomic.Bool  // shutting down: not ready
+	flushing   atomic.Bool  // counting the diffs the final sync pushes
+	flushed    atomic.Int64
+}
+
+// policy is a configured policy and the limiter that enforces it.
+type policy struct {
+	cfg      PolicyConfig
+	lim      *middleware.Limiter
+	outcomes *outcomeCounters
+}
+
+// newNode builds the node of cfg: stores connected, namespaces created,
+// policies and routes ready, a first sync of every namespace with a store
+// attempted. It does not listen.
+func newNode(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
+	n := &Node{
+		cfg:        cfg,
+		log:        log,
+		metrics:    newMetrics(),
+		policies:   map[string]*policy{},
+		nsOutcomes: map[string]*outcomeCounters{},
+	}
+	n.headers = headerOptions(cfg.Headers)
+	n.adminOpen.Store(cfg.Node.AdminToken == "" && isLoopback(cfg.Node.Listen))
+	st, err := openStores(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	n.stores = st
+	n.in = ratelimiting.NewInstance("ratesync-node",
+		ratelimiting.WithNodeID(cfg.Node.ID),
+		ratelimiting.WithLogger(log),
+		ratelimiting.WithSyncObserver(n.observeSync))
+	fail := func(err error) (*Node, error) {
+		_ = n.in.Close(context.Background())
+		st.close()
+		return nil, err
+	}
+	for _, ns := range cfg.Namespaces {
+		nc := namespace.Config{
+			Name:         ns.Name,
+			Dict:         ns.Dict,
+			SyncRate:     time.Duration(ns.SyncRate),
+			Strategy:     st.byNamespace[ns.Name],
+			DictCapacity: ns.DictCapacity,
+			NearLimit:    ns.NearLimit,
+		}
+		for _, d := range ns.WindowSizes {
+			nc.WindowSizes = append(nc.WindowSizes, time.Duration(d))
+		}
+		if ns.Strategy == StrategyLocal {
+			nc.SyncRate = namespace.LocalOnly
+		}
+		if err := n.in.New(nc); err != nil {
+			return fail(fmt.Errorf("namespace %q: %w", ns.Name, err))
+		}
+		n.nsOutcomes[ns.Name] = n.metrics.outcomes(ns.Name, "")
+	}
+	n.metrics.watch(n.in)
+	var keyOpts middleware.KeyOptions
+	if g := cfg.Gateway; g != nil {
+		keyOpts.TrustedProxies, keyOpts.ConsumerHeader = g.trusted, g.ConsumerHeader
+	}
+	for _, pc := range cfg.Policies {
+		p, err := n.newPolicy(pc, keyOpts)
+		if err != nil {
+			return fail(err)
+		}
+		n.policies[pc.Name] = p
+	}
+	if cfg.Gateway != nil {
+		gw, err := newGateway(n, *cfg.Gateway)
+		if err != nil {
+			return fail(err)
+		}
+		n.gateway = gw
+	}
+	n.api = n.routes()
+	n.firstSync(ctx)
+	return n, nil
+}
+
+func (n *Node) newPolicy(pc PolicyConfig, keyOpts middleware.KeyOptions) (*policy, error) {
+	if pc.MissingKey == "empty" {
+		keyOpts.Fallback = middleware.FallbackEmpty
+	}
+	key, err := middleware.ParseKey(pc.Key, keyOpts)
+	if err != nil {
+		return nil, fmt.Errorf("policy %q: %w", pc.Name, err)
+	}
+	p := &policy{cfg: pc, outcomes: n.metrics.outcomes(pc.Namespace, pc.Name)}
+	mp := middleware.Policy{
+		Name:      pc.Name,
+		Namespace: pc.Namespace,
+		Key:       key,
+		Cost:      pc.Cost,
+		Penalty:   pc.Penalty,
+	}
+	if pc.OnStoreDown == "deny" {
+		mp.StoreDown = middleware.StoreDownDeny
+	}
+	for _, l := range pc.Limits {
+		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Fixed: l.Type == "fixed"})
+	}
+	lim, err := middleware.New(n.in, mp, middleware.Options{
+		Headers:       n.headers,
+		DeniedMessage: pc.ErrorMessage,
+		MaxKeyBytes:   n.cfg.Node.MaxKeyBytes,
+		Observe:       func(_ *http.Request, res middleware.Result) { p.outcomes.add(res.Outcome) },
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.lim = lim
+	return p, nil
+}
+
+func headerOptions(c HeadersConfig) middleware.HeaderOptions {
+	o := middleware.HeaderOptions{Hide: c.Hide}
+	for _, f := range c.Families {
+		switch f {
+		case "ratelimit":
+			o.Families |= middleware.FamilyRateLimit
+		case "x-ratelimit":
+			o.Families |= middleware.FamilyXRateLimit
+		}
+	}
+	if o.Families == 0 {
+		o.Hide = true // an empty list: no family
+	}
+	return o
+}
+
+// observeSync receives every store exchange of the instance.
+func (n *Node) observeSync(r ratelimiting.SyncReport) {
+	n.metrics.observeSync(r)
+	if n.flushing.Load() && r.Err == nil {
+		n.flushed.Add(int64(r.Pushed))
+	}
+}
+
+// firstSync syncs every namespace with a store once, concurrently, so that
+// the node starts with the cluster's counts and /readyz knows the stores.
+// A store that is down is logged, not fatal: the node counts locally until
+// it is back.
+func (n *Node) firstSync(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, ns := range n.cfg.Namespaces {
+		if ns.Strategy == StrategyLocal {
+			continue
+		}
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, startSyncTimeout)
+			defer cancel()
+			if err := n.in.Sync(sctx, ns.Name); err != nil {
+				n.log.Warn("first sync failed: counting locally until the store is back", "namespace", ns.Name, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// isLoopback reports whether a listen address accepts loopback
+// connections only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Serve listens on the configured addresses and serves until ctx is done,
+// then shuts down: see shutdown.
+func (n *Node) Serve(ctx context.Context) error {
+	apiLn, err := net.Listen("tcp", n.cfg.Node.Listen)
+	if err != nil {
+		n.close(context.Background())
+		return fmt.Errorf("listen: %w", err)
+	}
+	var gwLn net.Listener
+	if n.gateway != nil {
+		if gwLn, err = net.Listen("tcp", n.cfg.Gateway.Listen); err != nil {
+			_ = apiLn.Close()
+			n.close(context.Background())
+			return fmt.Errorf("gateway listen: %w", err)
+		}
+	}
+	return n.ServeListeners(ctx, apiLn, gwLn)
+}
+
+// ServeListeners serves the API on apiLn and the gateway on gwLn (nil
+// without a gateway) until ctx is done or a server fails, then shuts down.
+func (n *Node) ServeListeners(ctx context.Context, apiLn, gwLn net.Listener) error {
+	n.adminOpen.Store(n.cfg.Node.AdminToken == "" && isLoopback(apiLn.Addr().String()))
+	if n.cfg.Node.AdminToken == "" && !n.adminOpen.Load() {
+		n.log.Warn("admin endpoints disabled: the API listens beyond loopback and no admin token is set (node.admin_token or " + EnvAdminToken + ")")
+	}
+	errLog := slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)
+	servers := []*http.Server{{
+		Handler:           n.api,
+		ReadHeaderTimeout: apiReadHeaderTimeout,
+		ReadTimeout:       apiReadTimeout,
+		WriteTimeout:      apiWriteTimeout,
+		IdleTimeout:       apiIdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          errLog,
+	}}
+	lns := []net.Listener{apiLn}
+	n.log.Info("listening", "url", "http://"+apiLn.Addr().String(), "admin", n.adminMode())
+	if gwLn != nil {
+		g := n.cfg.Gateway
+		exchange := time.Duration(g.ConnectTimeout + 2*g.Timeout)
+		servers = append(servers, &http.Server{
+			Handler:           n.gateway,
+			ReadHeaderTimeout: apiReadHeaderTimeout,
+			ReadTimeout:       exchange,
+			WriteTimeout:      exchange,
+			IdleTimeout:       apiIdleTimeout,
+			MaxHeaderBytes:    maxHeaderBytes,
+			ErrorLog:          errLog,
+		})
+		lns = append(lns, gwLn)
+		n.log.Info("gateway listening", "url", "http://"+gwLn.Addr().String(), "upstream", g.Upstream)
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(lns[i]) }()
+	}
+	var cause error
+	select {
+	case <-ctx.Done():
+		n.log.Info("signal received: shutting down", "timeout", time.Duration(n.cfg.Node.ShutdownTimeout).String())
+	case err := <-errc:
+		cause = fmt.Errorf("serve: %w", err)
+		n.log.Error("server failed: shutting down", "err", err)
+	}
+	return errors.Join(cause, n.shutdown(servers))
+}
+
+func (n *Node) adminMode() string {
+	switch {
+	case n.cfg.Node.AdminToken != "":
+		return "bearer token"
+	case n.adminOpen.Load():
+		return "open on loopback"
+	default:
+		return "disabled"
+	}
+}
+
+// shutdown stops accepting, lets in-flight requests finish within the
+// shutdown timeout, then makes the final sync of every namespace within the
+// shutdown timeout again and logs how many diffs it flushed.
+func (n *Node) shutdown(servers []*http.Server) error {
+	n.closing.Store(true)
+	timeout := time.Duration(n.cfg.Node.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	var wg sync.WaitGroup
+	for _, srv := range servers {
+		wg.Go(func() {
+			if err := srv.Shutdown(ctx); err != nil {
+				n.log.Warn("requests still running at the shutdown deadline: closing their connections", "err", err)
+				_ = srv.Close()
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	ctx, cancel = context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return n.close(ctx)
+}
+
+// close makes the final sync (Instance.Close) and closes the stores.
+func (n *Node) close(ctx context.Context) error {
+	pending, exact := n.pendingDiffs()
+	n.flushing.Store(true)
+	start := time.Now()
+	err := n.in.Close(ctx)
+	n.stores.close()
+	attrs := []any{"pending_before", pending, "flushed", n.flushed.Load(), "duration", time.Since(start).Round(time.Millisecond).String()}
+	if !exact {
+		attrs = append(attrs, "note", "a sync was running: pending_before may miss its diffs")
+	}
+	if err != nil {
+		n.log.Error("final sync failed: diffs not pushed are lost", append(attrs, "err", err)...)
+		return fmt.Errorf("final sync: %w", err)
+	}
+	n.log.Info("final sync done: stopped", attrs...)
+	return nil
+}
+
+// pendingDiffs sums the diffs waiting for a push and those in flight over
+// the namespaces; exact is false when a running sync hid some of them.
+func (n *Node) pendingDiffs() (total int, exact bool) {
+	for range 50 {
+		total, exact = 0, true
+		for _, st := range n.in.Stats() {
+			if st.Sync.InFlight < 0 {
+				exact = false
+				continue
+			}
+			total += st.Sync.Dirty + st.Sync.InFlightDiffs
+		}
+		if exact {
+			return total, true
+		}
+		time.Sleep(10 * time.Millisecond) // a sync is running; it ends within its timeout
+	}
+	return total, false
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/memory"
+	"github.com/ratesync/ratesync/strategy/postgres"
+	"github.com/ratesync/ratesync/strategy/redis"
+)
+
+// storeStartTimeout bounds connecting to a store (and migrating a
+// PostgreSQL schema) at start.
+const storeStartTimeout = 30 * time.Second
+
+// stores are the strategies of the node's namespaces and the clients they
+// run on. This file is the only one that knows the strategy packages.
+type stores struct {
+	byNamespace map[string]strategy.Strategy
+	closers     []func()
+}
+
+// checkStoreURL reports whether a namespace's store URL parses, so that
+// config validation can name the line.
+func checkStoreURL(ns *NamespaceConfig) error {
+	switch ns.Strategy {
+	case StrategyRedis:
+		_, err := parseRedis(ns)
+		return err
+	case StrategyPostgres:
+		_, err := pgxpool.ParseConfig(ns.URL)
+		if err != nil {
+			return errors.New("not a PostgreSQL URL or DSN")
+		}
+	}
+	return nil
+}
+
+// parseRedis parses a namespace's Redis URL: a standalone URL
+// (redis://user:pass@host:6379/0, rediss:// for TLS, unix://), or a Cluster
+// URL when the options say cluster (redis://host1:6379?addr=host2:6379).
+// It returns a function making the client.
+func parseRedis(ns *NamespaceConfig) (func() goredis.UniversalClient, error) {
+	if ns.Redis != nil && ns.Redis.Cluster {
+		o, err := goredis.ParseClusterURL(ns.URL)
+		if err != nil {
+			return nil, errors.New("not a Redis Cluster URL like redis://host1:6379?addr=host2:6379")
+		}
+		return func() goredis.UniversalClient { return goredis.NewClusterClient(o) }, nil
+	}
+	o, err := goredis.ParseURL(ns.URL)
+	if err != nil {
+		return nil, errors.New("not a Redis URL like redis://user:password@host:6379/0")
+	}
+	return func() goredis.UniversalClient { return goredis.NewClient(o) }, nil
+}
+
+// openStores connects the stores the namespaces name. Namespaces with the
+// same strategy, URL and options share one client and one store; all
+// memory namespaces share one in-process store.
+func openStores(ctx context.Context, cfg Config, log *slog.Logger) (*stores, error) {
+	s := &stores{byNamespace: map[string]strategy.Strategy{}}
+	shared := map[string]strategy.Strategy{}
+	var mem *memory.Store
+	for i := range cfg.Namespaces {
+		ns := &cfg.Namespaces[i]
+		if ns.Strategy == StrategyLocal {
+			continue
+		}
+		id := fmt.Sprintf("%s|%s|%+v|%+v", ns.Strategy, ns.URL, ns.Redis, ns.Postgres)
+		if st, ok := shared[id]; ok {
+			s.byNamespace[ns.Name] = st
+			continue
+		}
+		var (
+			st  strategy.Strategy
+			err error
+		)
+		switch ns.Strategy {
+		case StrategyMemory:
+			if mem == nil {
+				mem = memory.New()
+			}
+			st = mem
+		case StrategyRedis:
+			st, err = s.openRedis(ns)
+		case StrategyPostgres:
+			st, err = s.openPostgres(ctx, ns)
+		default:
+			err = fmt.Errorf("unknown strategy %q", ns.Strategy)
+		}
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("namespace %q: strategy %s at %s: %s", ns.Name, ns.Strategy, maskURL(ns.URL), maskSecrets(err.Error(), ns.URL))
+		}
+		shared[id] = st
+		s.byNamespace[ns.Name] = st
+		log.Info("store ready", "namespace", ns.Name, "strategy", ns.Strategy, "url", maskURL(ns.URL))
+	}
+	return s, nil
+}
+
+func (s *stores) openRedis(ns *NamespaceConfig) (strategy.Strategy, error) {
+	newClient, err := parseRedis(ns)
+	if err != nil {
+		return nil, err
+	}
+	client := newClient()
+	var rc redis.Config
+	if r := ns.Redis; r != nil {
+		rc = redis.Config{
+			Prefix:           r.Prefix,
+			Shards:           r.Shards,
+			TTLMargin:        time.Duration(r.TTLMargin),
+			LaneTTL:          time.Duration(r.LaneTTL),
+			Timeout:          time.Duration(r.Timeout),
+			ScanThreshold:    r.ScanThreshold,
+			FieldsPerCommand: r.FieldsPerCommand,
+		}
+	}
+	st, err := redis.New(client, rc)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = client.Close() })
+	return st, nil
+}
+
+func (s *stores) openPostgres(ctx context.Context, ns *NamespaceConfig) (strategy.Strategy, error) {
+	pc, err := pgxpool.ParseConfig(ns.URL)
+	if err != nil {
+		return nil, errors.New("not a PostgreSQL URL or DSN")
+	}
+	var cfg postgres.Config
+	if p := ns.Postgres; p != nil {
+		if p.MaxConns > 0 {
+			pc.MaxConns = int32(min(p.MaxConns, 1<<30))
+		}
+		cfg = postgres.Config{
+			Schema:     p.Schema,
+			Table:      p.Table,
+			LaneTable:  p.LaneTable,
+			PurgeBatch: p.PurgeBatch,
+			LaneTTL:    time.Duration(p.LaneTTL),
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeStartTimeout)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	st, err := postgres.New(ctx, pool, cfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	s.closers = append(s.closers, pool.Close)
+	return st, nil
+}
+
+// close closes the clients; call it after the instance's final sync.
+func (s *stores) close() {
+	for _, c := range s.closers {
+		c()
+	}
+	s.closers = nil
+}

@@ -1,0 +1,277 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+)
+
+// Once traffic stops, within two sync intervals every node reports the
+// same rate for every key, equal to the true total.
+func TestConvergence(t *testing.T) {
+	const (
+		nodes    = 3
+		keys     = 30
+		syncRate = 200 * time.Millisecond
+	)
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			c := newCluster(t, ClusterConfig{Nodes: nodes, SyncRate: syncRate, Strategy: st.open(t), WindowSizes: []time.Duration{time.Hour}})
+			ctx := context.Background()
+			want := make([]float64, keys)
+			var wg sync.WaitGroup
+			for n, in := range c.Nodes {
+				wg.Go(func() {
+					for i := range 600 { // every node hits every key
+						k := i % keys
+						if _, err := in.Increment(ctx, c.Namespace(), KeyName(k), time.Hour, float64(n+1)); err != nil {
+							t.Error(err)
+							return
+						}
+						if i%60 == 0 {
+							time.Sleep(20 * time.Millisecond)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for n := range nodes {
+				for i := range 600 {
+					want[i%keys] += float64(n + 1)
+				}
+			}
+			took := eventually(t, 2*syncRate+time.Second, "every node reports every key's true total", func() bool {
+				for _, in := range c.Nodes {
+					for k := range keys {
+						w, err := in.SlidingWindow(ctx, c.Namespace(), KeyName(k), time.Hour)
+						if err != nil || w.Current != want[k] {
+							return false
+						}
+					}
+				}
+				return true
+			})
+			t.Logf("%s: %d nodes converged on %d keys %v after the traffic stopped (sync interval %v)", st.name, nodes, keys, took.Round(time.Millisecond), syncRate)
+		})
+	}
+}
+
+// In periodic mode the hits admitted per window stay within L + λ·T: λ the
+// key's offered rate, T the sync interval plus the store round trip
+// (reference/numbers.md section 2).
+func TestPeriodicOverAdmissionBound(t *testing.T) {
+	const (
+		limit  = 100
+		window = 5 * time.Second
+		rate   = 100.0 // offered hits per second on one key
+	)
+	store := redisStore(t)
+	d := rtt(t, store)
+	for _, nodes := range []int{2, 4} {
+		for _, sync := range []time.Duration{100 * time.Millisecond, time.Second} {
+			t.Run(fmt.Sprintf("%d nodes, sync %v", nodes, sync), func(t *testing.T) {
+				t.Parallel() // light load: four runs at once keep the test short
+				c := newCluster(t, ClusterConfig{Nodes: nodes, Namespace: fmt.Sprintf("bound-%d-%d", nodes, sync.Milliseconds()), SyncRate: sync, Strategy: store, WindowSizes: []time.Duration{window}})
+				res, err := Run(context.Background(), c, Load{
+					Rate: rate, Duration: 2 * window, Start: nextBoundary(window), Seed: uint64(nodes),
+					Limits: []ratelimiting.Limit{{Limit: limit, Window: window, Fixed: true}},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				noErrors(t, res)
+				bound := limit + rate*(sync+d).Seconds()
+				max := res.MaxPerWindow(window)
+				t.Logf("%d nodes, sync %v, rtt %v: max admitted per %v window %d (limit %d, over %.0f%%); bound L+λT = %.1f",
+					nodes, sync, d.Round(10*time.Microsecond), window, max, limit, 100*float64(max-limit)/limit, bound)
+				if max < limit {
+					t.Fatalf("max admitted %d < limit %d: the load did not reach the limit", max, limit)
+				}
+				if float64(max) > bound {
+					t.Fatalf("max admitted %d per window > bound %.1f", max, bound)
+				}
+			})
+		}
+	}
+}
+
+// Synchronous mode, 4 nodes, 32 concurrent callers: admitted per window
+// never exceeds L, because the check and the count are one atomic step in
+// the store.
+func TestSynchronousNeverExceedsTheLimit(t *testing.T) {
+	const (
+		limit  = 100
+		window = 2 * time.Second
+	)
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			c := newCluster(t, ClusterConfig{Nodes: 4, SyncRate: namespace.Synchronous, Strategy: st.open(t), WindowSizes: []time.Duration{window}})
+			for _, fixed := range []bool{true, false} {
+				res, err := Run(context.Background(), c, Load{
+					Rate: 400, Duration: 3 * window, Workers: 32, Spread: Random, Start: nextBoundary(window), Seed: 7,
+					Limits: []ratelimiting.Limit{{Limit: limit, Window: window, Fixed: fixed}},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				noErrors(t, res)
+				if fixed {
+					windows := res.PerWindow(window)
+					for _, w := range windows {
+						if w.Admitted > limit {
+							t.Fatalf("window %v admitted %d > limit %d", w.Start, w.Admitted, limit)
+						}
+					}
+					t.Logf("%s, fixed: per-window admissions %v (limit %d, offered %d per window)", st.name, admissions(windows), limit, int(400*window.Seconds()))
+					continue
+				}
+				// Sliding: in any span of one window, at most 2L-1 (the
+				// sliding counter's own approximation, one node or many).
+				if got := maxInSpan(res, window); got > 2*limit-1 {
+					t.Fatalf("sliding: %d admitted within one window span, want <= %d", got, 2*limit-1)
+				}
+			}
+		})
+	}
+}
+
+func admissions(ws []WindowCount) []int {
+	out := make([]int, len(ws))
+	for i, w := range ws {
+		out[i] = w.Admitted
+	}
+	return out
+}
+
+func maxInSpan(res *Result, span time.Duration) int {
+	var ts []time.Time
+	for _, d := range res.Decisions {
+		if d.Allowed {
+			ts = append(ts, d.At)
+		}
+	}
+	best, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) >= span {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+// One node's clock runs 1.5 s ahead of the others: its hits land in windows
+// the others have not reached yet. Measured and printed; the bound asserted
+// is L + λ·(T + skew).
+func TestClockSkew(t *testing.T) {
+	const (
+		limit    = 100
+		window   = 5 * time.Second
+		rate     = 100.0
+		skew     = 1500 * time.Millisecond
+		syncRate = 250 * time.Millisecond
+	)
+	store := redisStore(t)
+	d := rtt(t, store)
+	results := map[string]int{}
+	for _, skewed := range []bool{false, true} {
+		name := "no skew"
+		cfg := ClusterConfig{Nodes: 3, Namespace: fmt.Sprintf("skew-%v", skewed), SyncRate: syncRate, Strategy: store, WindowSizes: []time.Duration{window}}
+		if skewed {
+			name = "node 2 at +1.5s"
+			cfg.Skew = []time.Duration{0, 0, skew}
+		}
+		c := newCluster(t, cfg)
+		res, err := Run(context.Background(), c, Load{
+			Rate: rate, Duration: 3 * window, Start: nextBoundary(window), Seed: 11,
+			Limits: []ratelimiting.Limit{{Limit: limit, Window: window, Fixed: true}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		noErrors(t, res)
+		ws := res.PerWindow(window)
+		results[name] = res.MaxPerWindow(window)
+		t.Logf("%s: admitted per true %v window %v (limit %d)", name, window, admissions(ws), limit)
+	}
+	bound := limit + rate*(syncRate+d+skew).Seconds()
+	t.Logf("clock skew: max per window %d without skew, %d with one node 1.5s ahead; bound L+λ(T+skew) = %.1f",
+		results["no skew"], results["node 2 at +1.5s"], bound)
+	if got := results["node 2 at +1.5s"]; float64(got) > bound {
+		t.Fatalf("with skew: %d > %.1f", got, bound)
+	}
+}
+
+// Faults between the nodes and the store (latency, replies lost after the
+// store applied them, connection resets during pushes): totals exact, no
+// double count, no loss.
+func TestNetworkFaults(t *testing.T) {
+	r := testenvRedis(t)
+	proxy := newProxy(t, r.Addr)
+	store := redisStoreVia(t, r, proxy)
+	c := newCluster(t, ClusterConfig{Nodes: 3, SyncRate: 100 * time.Millisecond, Strategy: store, WindowSizes: []time.Duration{time.Hour}})
+	ctx, cancel := context.WithCancel(context.Background())
+	var faults sync.WaitGroup
+	faults.Go(func() {
+		steps := []func(){
+			func() { proxy.SetLatency(200 * time.Millisecond) },
+			func() { proxy.SetLatency(0) },
+			func() { proxy.DropReplies(3) },
+			func() { proxy.Reset() },
+			func() { proxy.DropReplies(2) },
+			func() { proxy.Reset() },
+		}
+		for _, step := range steps {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(400 * time.Millisecond):
+			}
+			step()
+		}
+	})
+	res, err := Run(ctx, c, Load{
+		Rate: 300, Keys: 20, Spread: Random, Duration: 3 * time.Second, Seed: 3,
+		Limits: []ratelimiting.Limit{{Limit: 1e9, Window: time.Hour}},
+	})
+	cancel()
+	faults.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	noErrors(t, res)
+	proxy.SetLatency(0)
+	type counter struct {
+		key   string
+		start time.Time
+	}
+	want := map[counter]float64{}
+	for _, d := range res.Decisions {
+		if d.Allowed {
+			want[counter{KeyName(d.Key), d.At.Truncate(time.Hour)}]++
+		}
+	}
+	if err := c.Close(context.Background()); err != nil { // final pushes
+		t.Fatalf("final sync: %v", err)
+	}
+	total, stored := 0.0, 0.0
+	for k, n := range want {
+		got, err := store.GetWindow(context.Background(), c.Namespace(), k.key, k.start, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != n {
+			t.Errorf("%s at %v: store %v, admitted %v", k.key, k.start, got, n)
+		}
+		total, stored = total+n, stored+got
+	}
+	t.Logf("network faults: %v admitted, %v in the store (latency 200ms, 5 lost replies, 2 resets)", total, stored)
+	if total != stored {
+		t.Fatalf("store total %v != admitted %v", stored, total)
+	}
+}

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/memory"
+)
+
+// store is the strategy the nodes of every run share.
+type store struct {
+	s     strategy.Strategy
+	close func()
+}
+
+func openStore(ctx context.Context, o *options) (*store, error) {
+	switch o.store {
+	case "memory":
+		return &store{s: memory.New(), close: func() {}}, nil
+	}
+	return openServerStore(ctx, o)
+}
+
+// rtt returns the median duration of a few store reads.
+func (s *store) rtt(ctx context.Context) (time.Duration, error) {
+	var d []time.Duration
+	for range 15 {
+		t0 := time.Now()
+		if _, err := s.s.GetWindow(ctx, "rtt-probe", "k", time.UnixMilli(0), time.Second); err != nil {
+			return 0, fmt.Errorf("store round trip: %w", err)
+		}
+		d = append(d, time.Since(t0))
+	}
+	slices.Sort(d)
+	return d[len(d)/2], nil
+}

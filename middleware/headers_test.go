@@ -1,0 +1,142 @@
+package middleware
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/ratelimiting"
+)
+
+func TestWriteHeaders(t *testing.T) {
+	perMin := ratelimiting.Limit{Limit: 100, Window: time.Minute}
+	perSec := ratelimiting.Limit{Limit: 10, Window: time.Second, Fixed: true}
+	tests := []struct {
+		name string
+		pol  string
+		d    ratelimiting.Decision
+		o    HeaderOptions
+		want map[string]string // "" value: header absent
+	}{
+		{
+			name: "allowed, two limits",
+			pol:  "api",
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: perMin, Remaining: 99, Reset: 90 * time.Second, Allowed: true},
+				{Limit: perSec, Remaining: 9, Reset: 400 * time.Millisecond, Allowed: true},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy":      `"api/1m";q=100;w=60, "api/1s/fixed";q=10;w=1`,
+				"RateLimit":             `"api/1m";r=99;t=90, "api/1s/fixed";r=9;t=1`,
+				"X-RateLimit-Limit":     "10",
+				"X-RateLimit-Remaining": "9",
+				"X-RateLimit-Reset":     "1",
+				"Retry-After":           "",
+			},
+		},
+		{
+			name: "denied: Retry-After rounded up",
+			pol:  "api",
+			d: ratelimiting.Decision{Allowed: false, RetryAfter: 1200 * time.Millisecond, Limits: []ratelimiting.LimitState{
+				{Limit: perMin, Remaining: 0, Reset: 61 * time.Second, RetryAfter: 1200 * time.Millisecond},
+			}},
+			want: map[string]string{
+				"RateLimit":             `"api/1m";r=0;t=61`,
+				"X-RateLimit-Remaining": "0",
+				"Retry-After":           "2",
+			},
+		},
+		{
+			name: "denied with a zero RetryAfter still says 1",
+			pol:  "p",
+			d:    ratelimiting.Decision{Limits: []ratelimiting.LimitState{{Limit: perSec}}},
+			want: map[string]string{"Retry-After": "1"},
+		},
+		{
+			name: "tie on remaining: the larger window",
+			pol:  "p",
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: perSec, Remaining: 5, Reset: time.Second},
+				{Limit: perMin, Remaining: 5, Reset: time.Minute},
+			}},
+			want: map[string]string{"X-RateLimit-Limit": "100", "X-RateLimit-Reset": "60"},
+		},
+		{
+			name: "sub-second window: w=1; fractional limit: q floored; same name twice",
+			pol:  `we"ird`,
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: ratelimiting.Limit{Limit: 2.5, Window: 500 * time.Millisecond}, Remaining: 1},
+				{Limit: ratelimiting.Limit{Limit: 7, Window: 500 * time.Millisecond}, Remaining: 6},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy":  `"we\"ird/500ms";q=2;w=1, "we\"ird/500ms#1";q=7;w=1`,
+				"X-RateLimit-Limit": "2.5",
+			},
+		},
+		{
+			name: "hidden",
+			pol:  "p",
+			d:    ratelimiting.Decision{Limits: []ratelimiting.LimitState{{Limit: perSec}}},
+			o:    HeaderOptions{Hide: true},
+			want: map[string]string{"RateLimit": "", "X-RateLimit-Limit": "", "Retry-After": ""},
+		},
+		{
+			name: "X-RateLimit family only",
+			pol:  "p",
+			d:    ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{{Limit: perSec, Remaining: 3}}},
+			o:    HeaderOptions{Families: FamilyXRateLimit},
+			want: map[string]string{"RateLimit": "", "RateLimit-Policy": "", "X-RateLimit-Remaining": "3"},
+		},
+		{
+			name: "RateLimit family only",
+			pol:  "p",
+			d:    ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{{Limit: perSec, Remaining: 3}}},
+			o:    HeaderOptions{Families: FamilyRateLimit},
+			want: map[string]string{"RateLimit": `"p/1s/fixed";r=3;t=0`, "X-RateLimit-Remaining": ""},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			WriteHeaders(h, tt.pol, tt.d, tt.o)
+			for k, want := range tt.want {
+				if got := h.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestFormatWindow(t *testing.T) {
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{time.Second, "1s"}, {time.Minute, "1m"}, {time.Hour, "1h"}, {24 * time.Hour, "24h"},
+		{90 * time.Second, "90s"}, {1500 * time.Millisecond, "1500ms"}, {0, "0s"}, {time.Microsecond, "1µs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := FormatWindow(tt.d); got != tt.want {
+				t.Errorf("FormatWindow(%v) = %q, want %q", tt.d, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestWriteHeadersAllocs(t *testing.T) {
+	d := ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+		{Limit: ratelimiting.Limit{Limit: 100, Window: time.Minute}, Remaining: 99},
+		{Limit: ratelimiting.Limit{Limit: 10, Window: time.Second}, Remaining: 9},
+	}}
+	h := http.Header{}
+	allocs := testing.AllocsPerRun(100, func() {
+		clear(h)
+		WriteHeaders(h, "api", d, HeaderOptions{})
+	})
+	// One string holding every value, one slice of values.
+	if allocs > 2 {
+		t.Errorf("WriteHeaders: %v allocations, want at most 2", allocs)
+	}
+}

@@ -1,0 +1,317 @@
+package middleware
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/internal/strategytest"
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy/memory"
+)
+
+// newInstance returns an instance with a local namespace "default" (1s, 1m)
+// on a fixed clock.
+func newInstance(t *testing.T) *ratelimiting.Instance {
+	t.Helper()
+	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	in := ratelimiting.NewInstance("test", ratelimiting.WithClock(func() time.Time { return clock }))
+	t.Cleanup(func() { _ = in.Close(context.Background()) })
+	if err := in.New(namespace.Config{SyncRate: namespace.LocalOnly, WindowSizes: []time.Duration{time.Second, time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// next is a handler that counts its calls.
+type next struct{ calls atomic.Int64 }
+
+func (n *next) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	n.calls.Add(1)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, r)
+	return rec
+}
+
+func request(key string) *http.Request {
+	r := httptest.NewRequest("GET", "/", nil)
+	r.RemoteAddr = "192.0.2.1:1000"
+	if key != "" {
+		r.Header.Set("X-Api-Key", key)
+	}
+	return r
+}
+
+func TestLimiterAllowsThenDenies(t *testing.T) {
+	in := newInstance(t)
+	key, _ := ParseKey([]string{"header:X-Api-Key"}, KeyOptions{})
+	var outcomes []Outcome
+	lim, err := New(in, Policy{
+		Name:   "api",
+		Limits: []ratelimiting.Limit{{Limit: 2, Window: time.Second, Fixed: true}},
+		Key:    key,
+	}, Options{Observe: func(_ *http.Request, res Result) { outcomes = append(outcomes, res.Outcome) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nx := &next{}
+	h := lim.Handler(nx)
+	tests := []struct {
+		name       string
+		key        string
+		wantStatus int
+		wantRemain string
+	}{
+		{"first", "a", http.StatusNoContent, "1"},
+		{"second", "a", http.StatusNoContent, "0"},
+		{"third is denied", "a", http.StatusTooManyRequests, "0"},
+		{"another key has its own quota", "b", http.StatusNoContent, "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := serve(h, request(tt.key))
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("status = %d, want %d", rec.Code, tt.wantStatus)
+			}
+			if got := rec.Header().Get("X-RateLimit-Remaining"); got != tt.wantRemain {
+				t.Errorf("X-RateLimit-Remaining = %q, want %q", got, tt.wantRemain)
+			}
+			if got := rec.Header().Get("RateLimit-Policy"); got != `"api/1s/fixed";q=2;w=1` {
+				t.Errorf("RateLimit-Policy = %q", got)
+			}
+			if tt.wantStatus == http.StatusTooManyRequests {
+				if got := rec.Header().Get("Retry-After"); got != "1" {
+					t.Errorf("Retry-After = %q, want 1", got)
+				}
+				if got := rec.Header().Get("Content-Type"); got != "application/json" {
+					t.Errorf("Content-Type = %q", got)
+				}
+				var body struct{ Message string }
+				if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || body.Message != DefaultDeniedMessage {
+					t.Errorf("body = %q (%v)", rec.Body, err)
+				}
+			}
+		})
+	}
+	if got := nx.calls.Load(); got != 3 {
+		t.Errorf("next called %d times, want 3", got)
+	}
+	want := []Outcome{Allowed, Allowed, Denied, Allowed}
+	if len(outcomes) != len(want) {
+		t.Fatalf("outcomes = %v, want %v", outcomes, want)
+	}
+	for i := range want {
+		if outcomes[i] != want[i] {
+			t.Errorf("outcomes = %v, want %v", outcomes, want)
+		}
+	}
+}
+
+func TestLimiterOptions(t *testing.T) {
+	tests := []struct {
+		name       string
+		policy     Policy
+		opts       Options
+		key        string
+		wantStatus int
+		check      func(t *testing.T, rec *httptest.ResponseRecorder)
+	}{
+		{
+			name:       "hidden headers",
+			policy:     Policy{Limits: []ratelimiting.Limit{{Limit: 1, Window: time.Second}}},
+			opts:       Options{Headers: HeaderOptions{Hide: true}},
+			wantStatus: http.StatusNoContent,
+			check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+				for k := range rec.Header() {
+					if strings.Contains(strings.ToLower(k), "ratelimit") {
+						t.Errorf("header %s set although hidden", k)
+					}
+				}
+			},
+		},
+		{
+			name:       "custom denial",
+			policy:     Policy{Limits: []ratelimiting.Limit{{Limit: 1, Window: time.Second}}, Cost: 1},
+			opts:       Options{DeniedStatus: http.StatusServiceUnavailable, DeniedMessage: "slow down"},
+			key:        "deny-me",
+			wantStatus: http.StatusServiceUnavailable,
+			check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+				if !strings.Contains(rec.Body.String(), `"slow down"`) {
+					t.Errorf("body = %q", rec.Body)
+				}
+			},
+		},
+		{
+			name:       "key too long",
+			policy:     Policy{Limits: []ratelimiting.Limit{{Limit: 1, Window: time.Second}}},
+			opts:       Options{MaxKeyBytes: 4},
+			key:        "12345",
+			wantStatus: http.StatusBadRequest,
+			check: func(t *testing.T, rec *httptest.ResponseRecorder) {
+				if got := rec.Header().Get("Content-Type"); got != "application/problem+json" {
+					t.Errorf("Content-Type = %q", got)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := newInstance(t)
+			key, _ := ParseKey([]string{"header:X-Api-Key"}, KeyOptions{})
+			tt.policy.Key = key
+			lim, err := New(in, tt.policy, tt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := lim.Handler(&next{})
+			rec := serve(h, request(tt.key))
+			if tt.key == "deny-me" {
+				rec = serve(h, request(tt.key))
+			}
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("status = %d, want %d; body %s", rec.Code, tt.wantStatus, rec.Body)
+			}
+			tt.check(t, rec)
+		})
+	}
+}
+
+func TestLimiterFaults(t *testing.T) {
+	tests := []struct {
+		name       string
+		failOpen   bool
+		wantStatus int
+		wantNext   int64
+	}{
+		{"closed instance: 503", false, http.StatusServiceUnavailable, 0},
+		{"closed instance, fail open: passes", true, http.StatusNoContent, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := newInstance(t)
+			lim, err := New(in, Policy{Limits: []ratelimiting.Limit{{Limit: 5, Window: time.Second}}}, Options{FailOpen: tt.failOpen})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := in.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			nx := &next{}
+			rec := serve(lim.Handler(nx), request(""))
+			if rec.Code != tt.wantStatus || nx.calls.Load() != tt.wantNext {
+				t.Errorf("status %d, next called %d times; want %d, %d", rec.Code, nx.calls.Load(), tt.wantStatus, tt.wantNext)
+			}
+			if rec.Code == http.StatusServiceUnavailable && rec.Header().Get("Retry-After") != "1" {
+				t.Errorf("Retry-After = %q", rec.Header().Get("Retry-After"))
+			}
+		})
+	}
+}
+
+func TestLimiterStoreDown(t *testing.T) {
+	tests := []struct {
+		name       string
+		mode       StoreDown
+		wantStatus int
+	}{
+		{"local keeps deciding", StoreDownLocal, http.StatusNoContent},
+		{"deny refuses", StoreDownDeny, http.StatusServiceUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := strategytest.NewFaulty(memory.New())
+			in := ratelimiting.NewInstance("test")
+			t.Cleanup(func() { store.SetDown(false); _ = in.Close(context.Background()) })
+			err := in.New(namespace.Config{Name: "shared", SyncRate: time.Hour, Strategy: store, WindowSizes: []time.Duration{time.Minute}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, err := New(in, Policy{Namespace: "shared", Limits: []ratelimiting.Limit{{Limit: 100, Window: time.Minute}}, StoreDown: tt.mode}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := lim.Handler(&next{})
+			if rec := serve(h, request("")); rec.Code != http.StatusNoContent {
+				t.Fatalf("store up: status %d", rec.Code)
+			}
+			store.SetDown(true)
+			if err := in.Sync(context.Background(), "shared"); err == nil {
+				t.Fatal("Sync with the store down succeeded")
+			}
+			var rec *httptest.ResponseRecorder
+			waitFor(t, func() bool {
+				rec = serve(h, request(""))
+				return rec.Code == tt.wantStatus
+			})
+			if tt.mode == StoreDownDeny && !strings.Contains(rec.Body.String(), "store-unavailable") {
+				t.Errorf("body = %s", rec.Body)
+			}
+			store.SetDown(false)
+			if err := in.Sync(context.Background(), "shared"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { return serve(h, request("")).Code == http.StatusNoContent })
+		})
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after 5 seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	in := newInstance(t)
+	ok := []ratelimiting.Limit{{Limit: 1, Window: time.Second}}
+	tests := []struct {
+		name   string
+		in     *ratelimiting.Instance
+		policy Policy
+		want   string
+	}{
+		{"nil instance", nil, Policy{Limits: ok}, "nil"},
+		{"unknown namespace", in, Policy{Namespace: "nope", Limits: ok}, "not found"},
+		{"no limits", in, Policy{}, "at least one limit"},
+		{"window not in namespace", in, Policy{Limits: []ratelimiting.Limit{{Limit: 1, Window: time.Hour}}}, "window sizes"},
+		{"limit zero", in, Policy{Limits: []ratelimiting.Limit{{Limit: 0, Window: time.Second}}}, "limits[0].limit"},
+		{"cost above limit", in, Policy{Limits: ok, Cost: 2}, "cost"},
+		{"negative cost", in, Policy{Limits: ok, Cost: -1}, "cost"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := New(tt.in, tt.policy, Options{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := New(in, Policy{Namespace: "nope", Limits: ok}, Options{}); !errors.Is(err, ratelimiting.ErrNamespaceNotFound) {
+		t.Errorf("unknown namespace: %v, want ErrNamespaceNotFound", err)
+	}
+}
+
+func TestOutcomeString(t *testing.T) {
+	for o, want := range map[Outcome]string{Allowed: "allowed", Denied: "denied", StoreDeny: "store_down", Failed: "error", 9: "outcome(9)"} {
+		if got := o.String(); got != want {
+			t.Errorf("Outcome(%d) = %q, want %q", o, got, want)
+		}
+	}
+}

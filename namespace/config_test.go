@@ -1,0 +1,83 @@
+package namespace_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/memory"
+)
+
+func TestValidate(t *testing.T) {
+	store := memory.New()
+	ok := namespace.Config{Name: "api", SyncRate: time.Second, Strategy: store, WindowSizes: []time.Duration{time.Second}}
+	tests := []struct {
+		name  string
+		edit  func(*namespace.Config)
+		field string
+		value string // substring of the error's value
+		hint  string // substring of what is allowed
+	}{
+		{"name with a pipe", func(c *namespace.Config) { c.Name = "a|b" }, "Name", `"a|b"`, "must not contain '|'"},
+		{"name with a NUL", func(c *namespace.Config) { c.Name = "a\x00b" }, "Name", `"a\x00b"`, "valid UTF-8 without NUL"},
+		{"name not UTF-8", func(c *namespace.Config) { c.Name = "a\xffb" }, "Name", `"a\xffb"`, "valid UTF-8 without NUL"},
+		{"dict with a pipe", func(c *namespace.Config) { c.Dict = "d|x" }, "Dict", `"d|x"`, "must not contain '|'"},
+		{"periodic without strategy", func(c *namespace.Config) { c.Strategy = nil }, "Strategy", "nil", "strategy is required"},
+		{"synchronous without strategy", func(c *namespace.Config) { c.SyncRate, c.Strategy = 0, nil }, "Strategy", "nil", "SyncRate 0s"},
+		{"sync rate below a millisecond", func(c *namespace.Config) { c.SyncRate = time.Microsecond }, "SyncRate", "1µs", "at least 1ms"},
+		{"no window sizes", func(c *namespace.Config) { c.WindowSizes = nil }, "WindowSizes", "[]", "at least one"},
+		{"zero window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{time.Second, 0} }, "WindowSizes[1]", "0s", "> 0"},
+		{"negative window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{-time.Second} }, "WindowSizes[0]", "-1s", "> 0"},
+		{"fractional millisecond window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{1500 * time.Microsecond} }, "WindowSizes[0]", "1.5ms", "whole number of milliseconds"},
+		{"negative dict capacity", func(c *namespace.Config) { c.DictCapacity = -5 }, "DictCapacity", "-5", ">= 0"},
+		{"near limit on a synchronous namespace", func(c *namespace.Config) { c.SyncRate, c.NearLimit = 0, true }, "NearLimit", "true", "periodic SyncRate"},
+		{"near limit without a checker", func(c *namespace.Config) { c.Strategy, c.NearLimit = plainStore{store}, true }, "NearLimit", "true", "strategy.Checker"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := ok
+			tt.edit(&c)
+			err := c.Validate()
+			var fe *namespace.FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("Validate() = %v, want a *namespace.FieldError", err)
+			}
+			if fe.Field != tt.field || !strings.Contains(fe.Value, tt.value) || !strings.Contains(fe.Allowed, tt.hint) {
+				t.Fatalf("error %q: field %q value %q allowed %q; want field %q, value ~%q, allowed ~%q", err, fe.Field, fe.Value, fe.Allowed, tt.field, tt.value, tt.hint)
+			}
+			if !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("error text %q does not name the field", err)
+			}
+		})
+	}
+	valid := []namespace.Config{
+		ok,
+		{WindowSizes: []time.Duration{time.Second}, SyncRate: namespace.LocalOnly},
+		{WindowSizes: []time.Duration{time.Second}, SyncRate: -time.Hour},
+		{WindowSizes: []time.Duration{time.Second}, SyncRate: namespace.Synchronous, Strategy: store},
+		{WindowSizes: []time.Duration{time.Minute, time.Second, time.Minute}, SyncRate: -1},
+		{WindowSizes: []time.Duration{time.Second}, SyncRate: time.Second, Strategy: store, NearLimit: true},
+	}
+	for _, c := range valid {
+		if err := c.Validate(); err != nil {
+			t.Errorf("Validate(%+v) = %v, want nil", c, err)
+		}
+	}
+}
+
+// plainStore hides the optional interfaces of the store it wraps.
+type plainStore struct{ strategy.Strategy }
+
+func TestNormalize(t *testing.T) {
+	c := namespace.Config{SyncRate: -7, WindowSizes: []time.Duration{time.Minute, time.Second, time.Minute, time.Hour}}.Normalize()
+	if c.Name != "default" || c.Dict != "default" || c.SyncRate != namespace.LocalOnly {
+		t.Fatalf("Normalize defaults: %+v", c)
+	}
+	if want := []time.Duration{time.Second, time.Minute, time.Hour}; !slices.Equal(c.WindowSizes, want) {
+		t.Fatalf("WindowSizes = %v, want %v (sorted, duplicates removed)", c.WindowSizes, want)
+	}
+}

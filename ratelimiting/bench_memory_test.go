@@ -1,0 +1,129 @@
+package ratelimiting_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/ratelimiting"
+)
+
+func heapAlloc() float64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return float64(m.HeapAlloc)
+}
+
+// MemoryPerCounter measures the heap one live counter costs: 1,000,000
+// 20-byte keys in one window size, after GC, beside a plain
+// map[string]int64 that owns copies of the same keys (B/counter-map).
+func BenchmarkMemoryPerCounter(b *testing.B) {
+	const n = 1_000_000
+	keys := benchKeys(n)
+	clk := newClock(t0)
+	ctx := context.Background()
+	var per, perMap float64
+	for b.Loop() {
+		before := heapAlloc()
+		in := ratelimiting.NewInstance("mem", ratelimiting.WithClock(clk.Now), quiet)
+		cfg := local("ns", time.Minute)
+		cfg.DictCapacity = 2 * n
+		if err := in.New(cfg); err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys {
+			in.Increment(ctx, "ns", k, time.Minute, 1)
+		}
+		per = (heapAlloc() - before) / n
+		if got := in.Stats()[0].Dict.Entries; got != n {
+			b.Fatalf("%d counters, want %d", got, n)
+		}
+		in.Close(ctx)
+		in = nil
+
+		before = heapAlloc()
+		m := make(map[string]int64)
+		for _, k := range keys {
+			m[strings.Clone(k)]++
+		}
+		perMap = (heapAlloc() - before) / n
+		runtime.KeepAlive(m)
+	}
+	b.ReportMetric(per, "B/counter")
+	b.ReportMetric(perMap, "B/counter-map")
+	b.ReportMetric(per/perMap, "x-map")
+}
+
+// FloodBoundedMemory floods a dict of capacity 100,000 with 10,000,000
+// distinct keys while 100 hot keys keep being hit, and reports the heap
+// after the flood over the heap at 100,000 live counters (heap-ratio), the
+// evictions and refusals, and how many hot keys lost counts (hot-keys-off).
+func BenchmarkFloodBoundedMemory(b *testing.B) {
+	const (
+		capacity = 100_000
+		flood    = 10_000_000
+		hot      = 100
+		hotEvery = 100 // a hot hit every 100 flood keys
+	)
+	ctx := context.Background()
+	var ratio, evictions, overflows, hotOff float64
+	for b.Loop() {
+		var ms atomic.Int64
+		ms.Store(t0.UnixMilli())
+		var ops int64
+		clock := func() time.Time { return time.UnixMilli(ms.Load()) }
+		tick := func() { // 1 ms of traffic per 1,000 operations
+			if ops++; ops%1000 == 0 {
+				ms.Add(1)
+			}
+		}
+		base := heapAlloc()
+		in := ratelimiting.NewInstance("flood", ratelimiting.WithClock(clock), quiet)
+		cfg := local("ns", time.Hour)
+		cfg.DictCapacity = capacity
+		if err := in.New(cfg); err != nil {
+			b.Fatal(err)
+		}
+		hotKeys := benchKeys(hot)
+		want := make([]float64, hot)
+		for i, k := range hotKeys { // hot keys are known before the flood
+			in.Increment(ctx, "ns", k, time.Hour, 10)
+			want[i] = 10
+		}
+		buf := []byte("flood:")
+		for i := range capacity - hot {
+			in.Increment(ctx, "ns", string(strconv.AppendInt(buf[:6], int64(i), 10)), time.Hour, 1)
+			tick()
+		}
+		atCapacity := heapAlloc() - base
+		for i := range flood {
+			in.Increment(ctx, "ns", string(strconv.AppendInt(buf[:6], int64(capacity+i), 10)), time.Hour, 1)
+			tick()
+			if i%hotEvery == 0 {
+				h := (i / hotEvery) % hot
+				in.Increment(ctx, "ns", hotKeys[h], time.Hour, 1)
+				want[h]++
+			}
+		}
+		ratio = (heapAlloc() - base) / atCapacity
+		st := in.Stats()[0].Dict
+		evictions, overflows = float64(st.Evictions), float64(st.Overflows)
+		hotOff = 0
+		for i, k := range hotKeys {
+			if w, _ := in.SlidingWindow(ctx, "ns", k, time.Hour); w.Current != want[i] {
+				hotOff++
+			}
+		}
+		in.Close(ctx)
+	}
+	b.ReportMetric(ratio, "heap-ratio")
+	b.ReportMetric(evictions, "evictions")
+	b.ReportMetric(overflows, "refused")
+	b.ReportMetric(hotOff, "hot-keys-off")
+}

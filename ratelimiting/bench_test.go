@@ -1,0 +1,241 @@
+package ratelimiting_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"golang.org/x/time/rate"
+
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+)
+
+// Benchmarks of the hot path. Each reports its ratio to the baselines,
+// measured in the same run (testing.Benchmark, once per process):
+//
+//	x-floor: ns/op over BenchmarkBaselineMapAtomic (xsync MapOf.Load plus an
+//	         atomic add: the least an increment of a shared counter costs);
+//	x-xrate: ns/op over BenchmarkBaselineXTimeRate (x/time/rate Allow).
+//
+// They use the default coarse clock, as production does.
+
+// measure returns the ns per call of op run by procs goroutines (each with
+// its own index stream), timed over at least 100ms (BenchmarkIncrementScaling).
+func measure(procs int, op func(i int)) float64 {
+	for n := 1 << 12; ; n *= 4 {
+		var wg sync.WaitGroup
+		start := time.Now()
+		for p := range procs {
+			wg.Go(func() {
+				for i := p * n; i < (p+1)*n; i++ {
+					op(i)
+				}
+			})
+		}
+		wg.Wait()
+		if d := time.Since(start); d > 100*time.Millisecond {
+			return float64(d.Nanoseconds()) / float64(n*procs)
+		}
+	}
+}
+
+// The baselines, run interleaved with each benchmark's operation.
+var (
+	floorMap  = xsync.NewMapOf[string, *atomic.Int64]()
+	floorKeys = benchKeys(1000)
+	xrate     = rate.NewLimiter(1e12, 1)
+)
+
+func init() {
+	for _, k := range floorKeys {
+		floorMap.Store(k, new(atomic.Int64))
+	}
+}
+
+func floorOp(i int) {
+	c, _ := floorMap.Load(floorKeys[i%len(floorKeys)])
+	c.Add(1)
+}
+
+func floorOne(int) {
+	c, _ := floorMap.Load(floorKeys[42])
+	c.Add(1)
+}
+
+func xrateOp(int) { xrate.Allow() }
+
+// chunk is how many calls of one kind run in a row when a benchmark
+// interleaves its operation with the baselines.
+const chunk = 256
+
+// interleaved runs op, the floor and (when not parallel) x/time/rate in
+// alternating chunks, so that all three see the same machine, and reports
+// ns per call of each (ns/op-self, ns/op-floor, ns/op-xrate) and op's
+// ratios (x-floor, x-xrate). Go's own ns/op covers the three together.
+// parallel runs GOMAXPROCS goroutines, op and the floor over 1,000 keys.
+func interleaved(b *testing.B, parallel bool, op func(i int)) {
+	var self, floor, xr atomic.Int64
+	run := func(i0, n int, one func(i int), into *atomic.Int64) {
+		t0 := time.Now()
+		for i := i0; i < i0+n; i++ {
+			one(i)
+		}
+		into.Add(int64(time.Since(t0)))
+	}
+	b.ReportAllocs()
+	if parallel {
+		var seed atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			base := int(seed.Add(1)) * 7919
+			for i := 0; ; i += chunk {
+				for j := 0; j < chunk; j++ {
+					if !pb.Next() {
+						return
+					}
+				}
+				run(base+i, chunk, op, &self)
+				run(base+i, chunk, floorOp, &floor)
+			}
+		})
+	} else {
+		for i := 0; i < b.N; i += chunk {
+			run(i, chunk, op, &self)
+			run(i, chunk, floorOne, &floor)
+			run(i, chunk, xrateOp, &xr)
+		}
+	}
+	b.StopTimer()
+	calls := float64(b.N)
+	b.ReportMetric(float64(self.Load())/calls, "ns/op-self")
+	b.ReportMetric(float64(self.Load())/float64(floor.Load()), "x-floor")
+	if !parallel {
+		b.ReportMetric(float64(self.Load())/float64(xr.Load()), "x-xrate")
+	}
+}
+
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%015d", i) // 20 bytes
+	}
+	return keys
+}
+
+func benchInstance(b *testing.B, cfg namespace.Config) *ratelimiting.Instance {
+	b.Helper()
+	in := ratelimiting.NewInstance("bench", quiet)
+	b.Cleanup(func() { _ = in.Close(context.Background()) })
+	if err := in.New(cfg); err != nil {
+		b.Fatal(err)
+	}
+	return in
+}
+
+// BaselineMapAtomic is the floor: find a counter in an xsync map and add to
+// it atomically.
+func BenchmarkBaselineMapAtomic(b *testing.B) {
+	m := xsync.NewMapOf[string, *atomic.Int64]()
+	m.Store("user:000000000000042", new(atomic.Int64))
+	b.ReportAllocs()
+	for b.Loop() {
+		c, _ := m.Load("user:000000000000042")
+		c.Add(1)
+	}
+}
+
+// BaselineXTimeRate is golang.org/x/time/rate's Limiter.Allow.
+func BenchmarkBaselineXTimeRate(b *testing.B) {
+	l := rate.NewLimiter(rate.Inf, 1)
+	l.SetLimit(1e12)
+	b.ReportAllocs()
+	for b.Loop() {
+		l.Allow()
+	}
+}
+
+func BenchmarkIncrementExisting(b *testing.B) {
+	b.Run("one-key", func(b *testing.B) {
+		in := benchInstance(b, local("ns", time.Minute))
+		ctx := context.Background()
+		in.Increment(ctx, "ns", "user:000000000000042", time.Minute, 1)
+		b.ResetTimer()
+		interleaved(b, false, func(int) { in.Increment(ctx, "ns", "user:000000000000042", time.Minute, 1) })
+	})
+	b.Run("parallel-1000-keys", func(b *testing.B) {
+		in := benchInstance(b, local("ns", time.Minute))
+		ctx := context.Background()
+		keys := benchKeys(1000)
+		for _, k := range keys {
+			in.Increment(ctx, "ns", k, time.Minute, 1)
+		}
+		b.ResetTimer()
+		interleaved(b, true, func(i int) { in.Increment(ctx, "ns", keys[i%len(keys)], time.Minute, 1) })
+	})
+}
+
+func BenchmarkSlidingWindow(b *testing.B) {
+	in := benchInstance(b, local("ns", time.Minute))
+	ctx := context.Background()
+	in.Increment(ctx, "ns", "user:000000000000042", time.Minute, 1)
+	b.ResetTimer()
+	interleaved(b, false, func(int) { in.SlidingWindow(ctx, "ns", "user:000000000000042", time.Minute) })
+}
+
+func BenchmarkAllow3Limits(b *testing.B) {
+	in := benchInstance(b, local("ns", time.Second, time.Minute, time.Hour))
+	ctx := context.Background()
+	limits := []ratelimiting.Limit{
+		{Limit: 1e12, Window: time.Second},
+		{Limit: 1e12, Window: time.Minute},
+		{Limit: 1e12, Window: time.Hour, Fixed: true},
+	}
+	b.ResetTimer()
+	interleaved(b, false, func(int) { in.Allow(ctx, "ns", "user:000000000000042", 1, limits...) })
+}
+
+// IncrementScaling runs the increment over 1,000 keys, and over one hot
+// key, with GOMAXPROCS 1 and 2 (as many goroutines), and reports the
+// throughput speedup from 1 to 2.
+func BenchmarkIncrementScaling(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		keys int
+	}{{"1000-keys", 1000}, {"one-key", 1}} {
+		b.Run(c.name, func(b *testing.B) {
+			in := benchInstance(b, local("ns", time.Minute))
+			ctx := context.Background()
+			keys := benchKeys(c.keys)
+			for _, k := range keys {
+				in.Increment(ctx, "ns", k, time.Minute, 1)
+			}
+			run := func(procs int) float64 {
+				prev := runtime.GOMAXPROCS(procs)
+				defer runtime.GOMAXPROCS(prev)
+				return measure(procs, func(i int) {
+					in.Increment(ctx, "ns", keys[(i*7919)%len(keys)], time.Minute, 1)
+				})
+			}
+			// Alternate the two settings and keep each one's median, so
+			// that a load on the machine weighs on both alike.
+			var ones, twos []float64
+			for b.Loop() {
+				for range 5 {
+					ones, twos = append(ones, run(1)), append(twos, run(2))
+				}
+			}
+			slices.Sort(ones)
+			slices.Sort(twos)
+			one, two := ones[len(ones)/2], twos[len(twos)/2]
+			b.ReportMetric(one, "ns/op-1cpu")
+			b.ReportMetric(two, "ns/op-2cpu")
+			b.ReportMetric(one/two, "speedup")
+		})
+	}
+}

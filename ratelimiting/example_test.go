@@ -1,0 +1,87 @@
+package ratelimiting_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy/memory"
+)
+
+// A local-only namespace: Kong's increment and sliding_window on one node.
+func Example_localOnly() {
+	clock := time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC) // 30 s into a minute
+	in := ratelimiting.NewInstance("example", ratelimiting.WithClock(func() time.Time { return clock }))
+	defer in.Close(context.Background())
+
+	err := in.New(namespace.Config{
+		Name:        "api",
+		SyncRate:    namespace.LocalOnly,
+		WindowSizes: []time.Duration{time.Minute},
+	})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	in.Increment(ctx, "api", "1.2.3.4", time.Minute, 40) // previous minute...
+	clock = clock.Add(time.Minute)
+	w, _ := in.Increment(ctx, "api", "1.2.3.4", time.Minute, 10) // ...and this one
+	fmt.Printf("current %v, previous %v, weight %v, rate %v\n", w.Current, w.Previous, w.Weight, w.Rate())
+	// Output: current 10, previous 40, weight 0.5, rate 30
+}
+
+// Allow checks several limits at once and counts the request only when all
+// of them let it pass.
+func ExampleInstance_Allow() {
+	clock := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	in := ratelimiting.NewInstance("example", ratelimiting.WithClock(func() time.Time { return clock }))
+	defer in.Close(context.Background())
+	if err := in.New(namespace.Config{Name: "api", SyncRate: -1, WindowSizes: []time.Duration{time.Second, time.Minute}}); err != nil {
+		panic(err)
+	}
+	limits := []ratelimiting.Limit{
+		{Limit: 2, Window: time.Second, Fixed: true},
+		{Limit: 100, Window: time.Minute},
+	}
+	for i := range 3 {
+		d, _ := in.Allow(context.Background(), "api", "user:42", 1, limits...)
+		fmt.Printf("request %d: allowed %v, remaining %v/s, retry after %v\n", i+1, d.Allowed, d.Limits[0].Remaining, d.RetryAfter)
+	}
+	// Output:
+	// request 1: allowed true, remaining 1/s, retry after 0s
+	// request 2: allowed true, remaining 0/s, retry after 0s
+	// request 3: allowed false, remaining 0/s, retry after 1s
+}
+
+// Several nodes share counts through a store; here two instances and the
+// in-process memory store stand in for two nodes and Redis or PostgreSQL.
+func ExampleInstance_Sync() {
+	store := memory.New()
+	ctx := context.Background()
+	clock := func() time.Time { return time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC) }
+	cfg := namespace.Config{Name: "api", SyncRate: time.Second, Strategy: store, WindowSizes: []time.Duration{time.Minute}}
+	var nodes []*ratelimiting.Instance
+	for _, id := range []string{"node-a", "node-b"} {
+		in := ratelimiting.NewInstance(id, ratelimiting.WithClock(clock), ratelimiting.WithNodeID(id))
+		defer in.Close(ctx)
+		if err := in.New(cfg); err != nil {
+			panic(err)
+		}
+		nodes = append(nodes, in)
+	}
+	nodes[0].Increment(ctx, "api", "user:42", time.Minute, 3)
+	nodes[1].Increment(ctx, "api", "user:42", time.Minute, 4)
+	for _, in := range nodes { // what the ticker does every SyncRate
+		in.Sync(ctx, "api")
+	}
+	nodes[0].Fetch(ctx, "api")
+	for _, in := range nodes {
+		w, _ := in.SlidingWindow(ctx, "api", "user:42", time.Minute)
+		fmt.Println(in.Name(), w.Current)
+	}
+	// Output:
+	// node-a 7
+	// node-b 7
+}

@@ -1,0 +1,529 @@
+// Package ratelimiting is the public face of ratesync: Kong's
+// kong.tools.public.rate-limiting library in Go. An Instance holds
+// namespaces; each namespace counts hits per key in epoch-aligned windows of
+// its configured sizes, in a node-local shm dict, and syncs them with a
+// central store (strategy) periodically, synchronously, or never, as its
+// SyncRate says.
+//
+// Increment and SlidingWindow are Kong's increment and sliding_window: they
+// add to and read a key's sliding-window rate,
+//
+//	rate = current + previous * (size - now mod size) / size
+//
+// at millisecond resolution. Allow (and Check) decide a request against one
+// or more limits at once, all or nothing, and count it only when it passes.
+//
+// ratelimiting owns the arithmetic of windows and limits; shm owns the
+// counters, syncer the traffic with the store, namespace the configuration.
+package ratelimiting
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/syncer"
+)
+
+// Errors callers branch on. Errors returned wrap them with the namespace.
+var (
+	ErrNamespaceExists   = errors.New("ratelimiting: namespace already exists")    // New: the instance already has that namespace
+	ErrNamespaceNotFound = errors.New("ratelimiting: namespace not found")         // Update, Remove, Increment...: no such namespace
+	ErrClosed            = errors.New("ratelimiting: instance closed")             // any call after Close
+	ErrInvalidInput      = errors.New("ratelimiting: invalid input")               // matched by every *InputError
+	ErrDictConflict      = errors.New("ratelimiting: dict configured differently") // New, Update: a dict's capacity or a namespace's dict cannot change so
+)
+
+// InputError is a call argument the library rejects: it names the field, the
+// value and what is allowed. errors.Is(err, ErrInvalidInput) holds.
+type InputError struct {
+	Field   string
+	Value   string
+	Allowed string
+}
+
+func (e *InputError) Error() string {
+	return fmt.Sprintf("ratelimiting: %s = %s: %s", e.Field, e.Value, e.Allowed)
+}
+
+// Is makes every InputError match ErrInvalidInput.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
+type nsError struct {
+	name string
+	err  error
+	verb string
+}
+
+func (e *nsError) Error() string { return fmt.Sprintf("ratelimiting: namespace %q %s", e.name, e.verb) }
+func (e *nsError) Unwrap() error { return e.err }
+
+func errExists(name string) error   { return &nsError{name, ErrNamespaceExists, "already exists"} }
+func errNotFound(name string) error { return &nsError{name, ErrNamespaceNotFound, "not found"} }
+
+// Option configures an Instance.
+type Option func(*Instance)
+
+// WithClock makes the instance read time from now instead of its coarse
+// millisecond clock (see the package README): tests pass a fake clock to
+// move time by hand; time.Now gives an exact clock at ~50-100 ns a call.
+func WithClock(now func() time.Time) Option {
+	return func(in *Instance) { in.clock = func() int64 { return now().UnixMilli() } }
+}
+
+// WithNodeID names this node in the batches it pushes (default: the host
+// name). A random suffix is added per Instance, so a restarted process never
+// reuses the batch identities of its previous life.
+func WithNodeID(id string) Option { return func(in *Instance) { in.nodeID = id } }
+
+// WithLogger sets the logger for sync failures and recoveries (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(in *Instance) { in.logger = l } }
+
+// WithSyncObserver registers fn to be called after every exchange with a
+// store (for metrics). fn must not block.
+func WithSyncObserver(fn func(SyncReport)) Option { return func(in *Instance) { in.observe = fn } }
+
+// WithSyncTimeout bounds one background sync (periodic mode) and one
+// synchronous store call; zero values keep syncer.DefaultTimeout and
+// syncer.DefaultHitTimeout.
+func WithSyncTimeout(sync, hit time.Duration) Option {
+	return func(in *Instance) { in.syncTimeout, in.hitTimeout = sync, hit }
+}
+
+// SyncReport describes one exchange with a store.
+type SyncReport = syncer.Report
+
+// SyncStats is a snapshot of a namespace's syncer.
+type SyncStats = syncer.Stats
+
+// DictStats is a snapshot of a dict.
+type DictStats = shm.Stats
+
+// NamespaceStats is a snapshot of one namespace.
+type NamespaceStats struct {
+	Config namespace.Config
+	Dict   DictStats
+	Sync   SyncStats // zero for a local-only namespace
+}
+
+// ns is one namespace as applied. It is immutable; Update swaps it whole.
+type ns struct {
+	cfg    namespace.Config
+	dict   *shm.Dict
+	sizes  []time.Duration // ascending, parallel to series
+	series []*shm.Series
+	syncer *syncer.Syncer // nil when local-only
+}
+
+func (n *ns) seriesOf(size time.Duration) *shm.Series {
+	for i, s := range n.sizes {
+		if s == size {
+			return n.series[i]
+		}
+	}
+	return nil
+}
+
+// Instance is a set of namespaces with their own counters: two Instances
+// never share state, even with equal namespace and dict names (Kong's
+// new_instance). It is safe for concurrent use; its zero value is not: use
+// NewInstance or Default.
+type Instance struct {
+	name        string
+	nodeID      string
+	node        string // nodeID plus a random suffix: unique per Instance
+	clock       func() int64
+	coarse      bool
+	logger      *slog.Logger
+	observe     func(SyncReport)
+	syncTimeout time.Duration
+	hitTimeout  time.Duration
+	seq         atomic.Uint64
+
+	mu       sync.Mutex // serializes New, Update, Remove, Close
+	nss      atomic.Pointer[table]
+	dicts    map[string]*shm.Dict
+	removing map[string]chan struct{} // namespaces Remove is stopping
+	closed   atomic.Bool
+
+	seed    maphash.Seed
+	stripes [64]stripe // serialize multi-window Allow per key
+}
+
+type stripe struct {
+	sync.Mutex
+	_ [56]byte
+}
+
+// NewInstance returns an instance with no namespaces. name identifies it in
+// logs (Kong's instance name, such as the plugin using it).
+func NewInstance(name string, opts ...Option) *Instance {
+	in := &Instance{name: name, dicts: make(map[string]*shm.Dict), removing: make(map[string]chan struct{}), seed: maphash.MakeSeed()}
+	for _, o := range opts {
+		o(in)
+	}
+	if in.clock == nil {
+		processClock.acquire()
+		in.coarse = true
+		in.clock = processClock.now
+	}
+	if in.nodeID == "" {
+		in.nodeID, _ = os.Hostname()
+	}
+	// Stores keep node identities as text: valid UTF-8, no NUL, no '|'.
+	in.nodeID = strings.NewReplacer("\x00", "", "|", "_").Replace(strings.ToValidUTF8(in.nodeID, "?"))
+	if in.nodeID == "" {
+		in.nodeID = "node"
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	in.node = in.nodeID + "/" + hex.EncodeToString(b[:])
+	if in.logger == nil {
+		in.logger = slog.Default()
+	}
+	in.logger = in.logger.With("instance", name)
+	in.nss.Store(&table{})
+	return in
+}
+
+var defaultInstance = sync.OnceValue(func() *Instance { return NewInstance("default") })
+
+// Default returns the process-wide shared instance (Kong's module-level
+// library). Code that must not see other users' namespaces uses NewInstance.
+func Default() *Instance { return defaultInstance() }
+
+// Name returns the instance's name.
+func (in *Instance) Name() string { return in.name }
+
+// Node returns the node identity this instance pushes batches under.
+func (in *Instance) Node() string { return in.node }
+
+func (in *Instance) lookup(name string) (*ns, error) {
+	t := in.nss.Load()
+	if len(t.list) <= scanLimit {
+		for _, n := range t.list { // a few string compares beat hashing
+			if n.cfg.Name == name {
+				return n, nil
+			}
+		}
+	} else if n := t.byName[name]; n != nil {
+		return n, nil
+	}
+	if in.closed.Load() {
+		return nil, ErrClosed
+	}
+	if name == "" {
+		return in.lookup(namespace.DefaultName)
+	}
+	return nil, errNotFound(name)
+}
+
+// New adds a namespace. It returns a *namespace.FieldError for an invalid
+// cfg, and ErrNamespaceExists when the instance already has one of that name.
+func (in *Instance) New(cfg namespace.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.Normalize()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for { // a namespace of that name being removed finishes first
+		done, ok := in.removing[cfg.Name]
+		if !ok {
+			break
+		}
+		in.mu.Unlock()
+		<-done
+		in.mu.Lock()
+	}
+	if in.closed.Load() {
+		return ErrClosed
+	}
+	if _, ok := in.nss.Load().byName[cfg.Name]; ok {
+		return errExists(cfg.Name)
+	}
+	dict, err := in.dict(cfg)
+	if err != nil {
+		return err
+	}
+	n := in.build(cfg, dict, nil)
+	in.swap(cfg.Name, n)
+	if n.syncer != nil {
+		n.syncer.Start()
+	}
+	return nil
+}
+
+// Update replaces a namespace's configuration atomically. Counters are
+// kept; diffs of window sizes the new configuration drops are still pushed.
+// The dict of a namespace cannot change (Remove it and add it anew).
+func (in *Instance) Update(cfg namespace.Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg = cfg.Normalize()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed.Load() {
+		return ErrClosed
+	}
+	old, ok := in.nss.Load().byName[cfg.Name]
+	if !ok {
+		return errNotFound(cfg.Name)
+	}
+	if cfg.Dict != old.cfg.Dict {
+		return fmt.Errorf("%w: namespace %q lives in dict %q; Update cannot move it to %q", ErrDictConflict, cfg.Name, old.cfg.Dict, cfg.Dict)
+	}
+	if _, err := in.dict(cfg); err != nil {
+		return err
+	}
+	n := in.build(cfg, old.dict, old)
+	if old.syncer != nil && n.syncer == nil {
+		// Now local-only: push what is pending, within the sync timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), in.timeout())
+		err := old.syncer.Stop(ctx)
+		cancel()
+		if err != nil {
+			in.logger.Warn("ratesync: final push before going local-only failed", "namespace", cfg.Name, "err", err)
+		}
+	}
+	in.swap(cfg.Name, n)
+	if n.syncer != nil {
+		n.syncer.Start()
+	}
+	return nil
+}
+
+func (in *Instance) timeout() time.Duration {
+	if in.syncTimeout > 0 {
+		return in.syncTimeout
+	}
+	return syncer.DefaultTimeout
+}
+
+// dict returns cfg's dict, creating it; the first namespace to name a dict
+// sets its capacity, and a later one may raise it.
+func (in *Instance) dict(cfg namespace.Config) (*shm.Dict, error) {
+	d, ok := in.dicts[cfg.Dict]
+	if !ok {
+		d, err := shm.NewDict(cfg.Dict, cfg.DictCapacity)
+		if err != nil {
+			return nil, err
+		}
+		in.dicts[cfg.Dict] = d
+		return d, nil
+	}
+	if cfg.DictCapacity != 0 && cfg.DictCapacity != d.Capacity() {
+		if err := d.SetCapacity(cfg.DictCapacity); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+// build makes the applied form of cfg, reusing old's syncer when there is one.
+func (in *Instance) build(cfg namespace.Config, dict *shm.Dict, old *ns) *ns {
+	n := &ns{cfg: cfg, dict: dict}
+	for _, size := range cfg.WindowSizes {
+		sr := dict.Series(cfg.Name, size)
+		sr.SetLocal(cfg.Local())
+		n.sizes = append(n.sizes, size)
+		n.series = append(n.series, sr)
+	}
+	if cfg.Local() {
+		return n
+	}
+	sc := syncer.Config{
+		Namespace:  cfg.Name,
+		Node:       cfg.Name + "|" + in.node,
+		Rate:       cfg.SyncRate,
+		Strategy:   cfg.Strategy,
+		Series:     slices.Clone(n.series),
+		Now:        in.clock,
+		Seq:        &in.seq,
+		Timeout:    in.syncTimeout,
+		HitTimeout: in.hitTimeout,
+		Logger:     in.logger,
+		Observe:    in.observe,
+	}
+	if old != nil && old.syncer != nil {
+		n.syncer = old.syncer
+		n.syncer.Reconfigure(sc)
+	} else {
+		n.syncer = syncer.New(sc)
+	}
+	return n
+}
+
+// swap publishes n (or removes name when n is nil). Callers hold in.mu.
+func (in *Instance) swap(name string, n *ns) {
+	old := in.nss.Load()
+	t := &table{byName: make(map[string]*ns, len(old.byName)+1)}
+	for k, v := range old.byName {
+		t.byName[k] = v
+	}
+	if n == nil {
+		delete(t.byName, name)
+	} else {
+		t.byName[name] = n
+	}
+	for _, v := range t.byName {
+		t.list = append(t.list, v)
+	}
+	in.nss.Store(t)
+}
+
+// table is the immutable set of an instance's namespaces; swap replaces it.
+type table struct {
+	byName map[string]*ns
+	list   []*ns
+}
+
+// scanLimit is the namespace count up to which lookup scans a slice.
+const scanLimit = 8
+
+// Remove makes a final sync of the namespace within ctx, then drops it and
+// its counters. The final sync's error is returned; the namespace is gone
+// either way.
+func (in *Instance) Remove(ctx context.Context, name string) error {
+	in.mu.Lock()
+	n, err := in.lookup(name)
+	if err != nil {
+		in.mu.Unlock()
+		return err
+	}
+	in.swap(n.cfg.Name, nil)
+	done := make(chan struct{})
+	in.removing[n.cfg.Name] = done // New of the same name waits for us
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		delete(in.removing, n.cfg.Name)
+		in.mu.Unlock()
+		close(done)
+	}()
+	n.close()
+	if n.syncer != nil {
+		err = n.syncer.Stop(ctx)
+	}
+	n.dict.RemoveNamespace(n.cfg.Name)
+	return err
+}
+
+// close marks the namespace's series closed: callers that raced the removal
+// take their adds back (see shm.Series.Closed). The final push follows.
+func (n *ns) close() {
+	for _, sr := range n.series {
+		sr.Close()
+	}
+}
+
+// Close makes a final sync of every namespace within ctx, then stops the
+// instance: later calls return ErrClosed. It is idempotent.
+func (in *Instance) Close(ctx context.Context) error {
+	in.mu.Lock()
+	if in.closed.Swap(true) {
+		in.mu.Unlock()
+		return nil
+	}
+	nss := in.nss.Load().byName
+	in.nss.Store(&table{})
+	in.mu.Unlock()
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, n := range nss {
+		n.close()
+		if n.syncer == nil {
+			continue
+		}
+		wg.Go(func() {
+			if err := n.syncer.Stop(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if in.coarse {
+		processClock.release()
+	}
+	return errors.Join(errs...)
+}
+
+// Sync pushes the namespace's pending diffs and fetches the totals of the
+// keys this node holds. It does nothing for a local-only namespace.
+func (in *Instance) Sync(ctx context.Context, name string) error {
+	n, err := in.lookup(name)
+	if err != nil || n.syncer == nil {
+		return err
+	}
+	return n.syncer.Sync(ctx)
+}
+
+// Fetch reads the store's totals of the keys this node holds in the
+// namespace's current and previous windows, without pushing. It does
+// nothing for a local-only namespace.
+func (in *Instance) Fetch(ctx context.Context, name string) error {
+	n, err := in.lookup(name)
+	if err != nil || n.syncer == nil {
+		return err
+	}
+	return n.syncer.Fetch(ctx)
+}
+
+// Namespaces returns the configuration of every namespace, by name.
+func (in *Instance) Namespaces() []namespace.Config {
+	m := in.nss.Load().byName
+	out := make([]namespace.Config, 0, len(m))
+	for _, n := range m {
+		out = append(out, n.cfg)
+	}
+	slices.SortFunc(out, func(a, b namespace.Config) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Stats returns a snapshot of every namespace, by name.
+func (in *Instance) Stats() []NamespaceStats {
+	m := in.nss.Load().byName
+	out := make([]NamespaceStats, 0, len(m))
+	for _, cfg := range in.Namespaces() {
+		n := m[cfg.Name]
+		if n == nil {
+			continue
+		}
+		st := NamespaceStats{Config: n.cfg, Dict: n.dict.Stats()}
+		if n.syncer != nil {
+			st.Sync = n.syncer.Stats()
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// now returns the instance clock in Unix milliseconds.
+func (in *Instance) now() int64 { return in.clock() }

@@ -1,0 +1,234 @@
+package shm
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultCapacity is the counter bound of a dict made with capacity 0.
+const DefaultCapacity = 1_000_000
+
+// Sweep thresholds, as fractions of the capacity: a sweep starts above the
+// high mark and evicts down to the low mark.
+const (
+	highMark = 0.9
+	lowMark  = 0.8
+	// sampleSize bounds the counters a sweep looks at to choose which are cold.
+	sampleSize = 4096
+	// sweepBackoff is the least time between two background sweeps when
+	// the last one removed nothing.
+	sweepBackoff = 100 // ms
+)
+
+// Stats is a snapshot of a dict's figures.
+type Stats struct {
+	Name      string
+	Capacity  int
+	Entries   int    // live counters
+	Evictions uint64 // counters evicted to make room
+	Overflows uint64 // counters not created because the dict was full
+	Expired   uint64 // counters dropped with their expired window
+}
+
+// Dict is a named, bounded set of counters, shared by the namespaces that
+// name it. See the package documentation for its capacity policy.
+//
+// A Dict is safe for concurrent use.
+type Dict struct {
+	name      string
+	capacity  atomic.Int64
+	entries   atomic.Int64
+	evictions atomic.Uint64
+	overflows atomic.Uint64
+	expired   atomic.Uint64
+
+	sweeping  atomic.Bool
+	nextSweep atomic.Int64 // ms: no background sweep starts before
+	sweepMu   sync.Mutex   // one sweep at a time
+
+	mu     sync.Mutex
+	series map[seriesKey]*Series
+}
+
+type seriesKey struct {
+	namespace string
+	size      int64
+}
+
+// NewDict returns an empty dict that holds at most capacity counters
+// (DefaultCapacity when capacity is 0).
+func NewDict(name string, capacity int) (*Dict, error) {
+	d := &Dict{name: name, series: make(map[seriesKey]*Series)}
+	if err := d.SetCapacity(capacity); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Name returns the dict's name.
+func (d *Dict) Name() string { return d.name }
+
+// Capacity returns the dict's counter bound.
+func (d *Dict) Capacity() int { return int(d.capacity.Load()) }
+
+// SetCapacity changes the counter bound (DefaultCapacity when 0). A lower
+// bound takes effect as counters expire or are evicted.
+func (d *Dict) SetCapacity(capacity int) error {
+	if capacity < 0 {
+		return fmt.Errorf("shm: dict %q: capacity %d: must be >= 0 (0 means %d)", d.name, capacity, DefaultCapacity)
+	}
+	if capacity == 0 {
+		capacity = DefaultCapacity
+	}
+	d.capacity.Store(int64(capacity))
+	return nil
+}
+
+// Len returns the number of live counters.
+func (d *Dict) Len() int { return int(d.entries.Load()) }
+
+// Stats returns a snapshot of the dict's figures.
+func (d *Dict) Stats() Stats {
+	return Stats{
+		Name:      d.name,
+		Capacity:  d.Capacity(),
+		Entries:   d.Len(),
+		Evictions: d.evictions.Load(),
+		Overflows: d.overflows.Load(),
+		Expired:   d.expired.Load(),
+	}
+}
+
+// Series returns the series of namespace ns and window size (whole
+// milliseconds), creating it when needed.
+func (d *Dict) Series(ns string, size time.Duration) *Series {
+	k := seriesKey{ns, size.Milliseconds()}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.series[k]
+	if !ok {
+		s = &Series{dict: d, namespace: ns, size: k.size}
+		d.series[k] = s
+	}
+	return s
+}
+
+// RemoveNamespace drops every series of ns and their counters.
+func (d *Dict) RemoveNamespace(ns string) {
+	d.mu.Lock()
+	var gone []*Series
+	for k, s := range d.series {
+		if k.namespace == ns {
+			gone = append(gone, s)
+			delete(d.series, k)
+		}
+	}
+	d.mu.Unlock()
+	for _, s := range gone {
+		s.removeAll()
+	}
+}
+
+func (d *Dict) allSeries() []*Series {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*Series, 0, len(d.series))
+	for _, s := range d.series {
+		out = append(out, s)
+	}
+	return out
+}
+
+// admit reports whether one more counter may be made, starting a background
+// sweep when the dict is nearly full, and counts an overflow when it is full.
+func (d *Dict) admit(now int64) bool {
+	n, capacity := d.entries.Load(), d.capacity.Load()
+	if float64(n) >= highMark*float64(capacity) && now >= d.nextSweep.Load() && d.sweeping.CompareAndSwap(false, true) {
+		go func() {
+			defer d.sweeping.Store(false)
+			if d.Sweep(now) == 0 {
+				// Nothing could go (every counter holds a diff to push, or
+				// is hot): wait before scanning again.
+				d.nextSweep.Store(now + sweepBackoff)
+			}
+		}()
+	}
+	if n >= capacity {
+		d.overflows.Add(1)
+		return false
+	}
+	return true
+}
+
+// Sweep drops expired windows and, when the dict is above its low mark,
+// evicts cold counters that hold no unpushed diff (lowest counts first, older
+// windows first) down to it. It returns the number of counters removed. now
+// is the clock in Unix milliseconds. The syncer and admit call it; callers
+// may too.
+func (d *Dict) Sweep(now int64) int {
+	d.sweepMu.Lock()
+	defer d.sweepMu.Unlock()
+	series := d.allSeries()
+	removed := 0
+	for _, s := range series {
+		removed += s.Expire(now)
+	}
+	need := d.entries.Load() - int64(lowMark*float64(d.capacity.Load()))
+	if need <= 0 {
+		return removed
+	}
+	var windows []*Window
+	for _, s := range series {
+		if !s.pinned.Load() {
+			windows = append(windows, s.Windows()...)
+		}
+	}
+	slices.SortStableFunc(windows, func(a, b *Window) int { return cmp.Compare(a.start, b.start) })
+
+	// Choose the coldness threshold from a sample of evictable counters.
+	sample := make([]float64, 0, sampleSize)
+	seen := 0
+	for _, w := range windows {
+		local := w.series.local.Load()
+		w.Range(func(_ string, c *Counter) bool {
+			seen++
+			if local || c.Diff() == 0 {
+				sample = append(sample, math.Abs(c.Value()))
+			}
+			return len(sample) < sampleSize
+		})
+		if len(sample) == sampleSize {
+			break
+		}
+	}
+	if len(sample) == 0 {
+		return removed
+	}
+	slices.Sort(sample)
+	evictable := float64(len(sample)) / float64(seen) * float64(d.entries.Load())
+	i := int(math.Ceil(float64(need) / evictable * float64(len(sample))))
+	threshold := sample[min(max(i, 1), len(sample))-1]
+
+	evicted := int64(0)
+	for _, w := range windows {
+		w.Range(func(key string, c *Counter) bool {
+			if math.Abs(c.Value()) <= threshold && w.evict(key, c) {
+				evicted++
+				d.evictions.Add(1)
+			}
+			return evicted < need
+		})
+		if evicted >= need {
+			break
+		}
+	}
+	for _, w := range windows {
+		w.compact()
+	}
+	return removed + int(evicted)
+}

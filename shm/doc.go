@@ -1,0 +1,35 @@
+// Package shm is the node-local counter store, the Go counterpart of the
+// nginx shared memory zone ("shm") Kong's rate-limiting library counts in.
+//
+// A Dict is a named, bounded set of counters. Inside a dict, counters are
+// grouped by Series (one namespace and one window size) and by Window (one
+// window start of that series); each Window keeps its counters in an xsync
+// MapOf keyed by the caller's key. A Counter holds two float64 values changed
+// with atomic compare-and-swap on their bits and never under a lock:
+//
+//   - diff: hits taken on this node and not yet handed to the syncer;
+//   - sync: the cluster total as last read from the store, plus what the
+//     syncer took from diff and has not yet seen in a store read.
+//
+// The value of a counter on this node is sync + diff. An increment of an
+// existing counter allocates nothing and takes no lock. The first increment
+// that makes a zero diff non-zero lists the counter in its series' dirty
+// list, so the syncer finds the counters it has to push without scanning the
+// dict.
+//
+// Expiry: a window expires once it can no longer affect any rate, that is
+// when it is older than the previous window of its size, and is dropped whole
+// once no listed diff of it is waiting for the syncer.
+//
+// Capacity: a dict holds at most Capacity counters. Above 90% of it a
+// background sweep drops expired windows and then evicts cold counters
+// (lowest counts, previous windows first) that hold no unpushed diff, down to
+// 80%. When the dict is full of counters it may not evict, a new counter is
+// not created: the hit is answered as if the key had no history, and is
+// counted in Stats.Overflows (Kong's shm fails open the same way). Eviction
+// marks a counter dead before deleting it, and an increment that meets a dead
+// counter looks it up again, so no concurrent increment is lost.
+//
+// shm knows nothing of stores, namespaces' configuration or limits: it is
+// the data structure the syncer and the ratelimiting package share.
+package shm

@@ -1,0 +1,240 @@
+package shm
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+const dirtyShards = 8
+
+type dirtyEntry struct {
+	w   *Window
+	key string
+	c   *Counter
+}
+
+type dirtyShard struct {
+	mu   sync.Mutex
+	list []dirtyEntry
+	_    [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof([]dirtyEntry{})]byte
+}
+
+// Series is the set of windows of one namespace and one window size in a
+// dict, and the list of its counters with a diff the syncer has not taken.
+//
+// A Series is safe for concurrent use. Series are made by Dict.Series.
+type Series struct {
+	dict      *Dict
+	namespace string
+	size      int64 // window size, milliseconds
+	local     atomic.Bool
+	// pinned keeps eviction away while the syncer has batches in flight:
+	// a counter's in-flight amount lives in its sync part until the store
+	// acknowledges it, and evicting the counter would drop it from the view.
+	pinned atomic.Bool
+	// closed is set when the namespace goes away; see Closed.
+	closed atomic.Bool
+
+	cur     atomic.Pointer[Window] // the newest window
+	mu      sync.Mutex             // guards windows
+	windows []*Window              // held windows, oldest first
+
+	dirty [dirtyShards]dirtyShard
+}
+
+// Namespace returns the namespace the series counts for.
+func (s *Series) Namespace() string { return s.namespace }
+
+// Size returns the window size in milliseconds.
+func (s *Series) Size() int64 { return s.size }
+
+// Dict returns the dict the series lives in.
+func (s *Series) Dict() *Dict { return s.dict }
+
+// SetLocal marks the series local-only (its diffs are never pushed, so they
+// are not listed, and eviction may drop any counter) or not. A series that
+// stops being local lists every counter holding a diff: hits counted while
+// it was local are pushed like any other.
+func (s *Series) SetLocal(local bool) {
+	if s.local.Swap(local) && !local {
+		for _, w := range s.Windows() {
+			w.Range(func(key string, c *Counter) bool {
+				if c.Diff() != 0 {
+					s.list(w, key, c)
+				}
+				return true
+			})
+		}
+	}
+}
+
+// SetPinned keeps eviction away from the series' counters (true) or not.
+func (s *Series) SetPinned(pinned bool) { s.pinned.Store(pinned) }
+
+// Close marks the series closed: its namespace is going away. Callers that
+// added to it check Closed afterwards (see Closed).
+func (s *Series) Close() { s.closed.Store(true) }
+
+// Closed reports whether Close was called. A caller that added to a counter
+// and then finds the series closed cannot know whether the namespace's final
+// push took its add: it takes the add back and reports the namespace closed
+// (at worst the hit was pushed and is counted, never lost).
+func (s *Series) Closed() bool { return s.closed.Load() }
+
+// StartOf returns the start of the window that holds the instant now (Unix
+// milliseconds): windows are aligned to the Unix epoch.
+func (s *Series) StartOf(now int64) int64 { return floorDiv(now, s.size) * s.size }
+
+// Current returns the window holding the instant now, creating it when needed.
+func (s *Series) Current(now int64) *Window {
+	if w := s.cur.Load(); w != nil && now >= w.start && now-w.start < s.size {
+		return w // no division on the hot path
+	}
+	return s.Window(s.StartOf(now), true, now)
+}
+
+// Window returns the window that starts at start, creating it when create is
+// true; nil when it is not held and not created. now is the caller's clock.
+func (s *Series) Window(start int64, create bool, now int64) *Window {
+	if w := s.cur.Load(); w != nil && w.start == start {
+		return w
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := sort.Search(len(s.windows), func(i int) bool { return s.windows[i].start >= start })
+	if i < len(s.windows) && s.windows[i].start == start {
+		return s.windows[i]
+	}
+	if !create {
+		return nil
+	}
+	w := newWindow(s, start)
+	s.windows = append(s.windows, nil)
+	copy(s.windows[i+1:], s.windows[i:])
+	s.windows[i] = w
+	if i > 0 && s.windows[i-1].start == start-s.size {
+		w.prev.Store(s.windows[i-1])
+	}
+	if i+1 < len(s.windows) && s.windows[i+1].start == start+s.size {
+		s.windows[i+1].prev.Store(w)
+	}
+	if cur := s.cur.Load(); cur == nil || start > cur.start {
+		s.cur.Store(w)
+	}
+	s.expireLocked(now)
+	return w
+}
+
+// Windows returns the held windows, oldest first.
+func (s *Series) Windows() []*Window {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Window(nil), s.windows...)
+}
+
+// Expire drops the windows that are older than the previous window as of
+// now and hold no diff waiting for the syncer. It returns how many counters
+// it dropped.
+func (s *Series) Expire(now int64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.expireLocked(now)
+}
+
+func (s *Series) expireLocked(now int64) int {
+	cutoff := s.StartOf(now) - s.size // windows before the previous one
+	local := s.local.Load()
+	dropped, kept := 0, s.windows[:0]
+	for _, w := range s.windows {
+		if w.start < cutoff && (local || w.pending.Load() == 0) {
+			dropped += s.retire(w)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(s.windows[len(kept):])
+	s.windows = kept
+	if len(kept) > 0 && kept[0].prev.Load() != nil {
+		kept[0].prev.Store(nil) // let the dropped window go
+	}
+	if dropped > 0 {
+		s.dict.expired.Add(uint64(dropped))
+	}
+	return dropped
+}
+
+// retire takes w out of its dict's accounting; the caller removes it from
+// the series. Counters made in w afterwards no longer weigh on the dict.
+func (s *Series) retire(w *Window) int {
+	n := w.count.Or(retiredBit) &^ retiredBit
+	s.dict.entries.Add(-n)
+	return int(n)
+}
+
+// removeAll retires every window (the namespace is going away).
+func (s *Series) removeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.windows {
+		s.retire(w)
+	}
+	s.windows = nil
+	s.cur.Store(nil)
+}
+
+// list records that c, the counter of key in w, has a diff to push.
+func (s *Series) list(w *Window, key string, c *Counter) {
+	if s.local.Load() {
+		return
+	}
+	w.pending.Add(1)
+	sh := &s.dirty[(uintptr(unsafe.Pointer(c))>>4)%dirtyShards]
+	sh.mu.Lock()
+	sh.list = append(sh.list, dirtyEntry{w: w, key: key, c: c})
+	sh.mu.Unlock()
+}
+
+// Take moves the diff of every listed counter into its sync part (see
+// Counter) and calls fn with each non-zero amount taken, the counter's window
+// start (Unix milliseconds) and key. A counter that gets a diff again later
+// is listed again.
+func (s *Series) Take(fn func(start int64, key string, v float64)) {
+	var list []dirtyEntry
+	for i := range s.dirty {
+		sh := &s.dirty[i]
+		sh.mu.Lock()
+		list, sh.list = sh.list, list[:0]
+		sh.mu.Unlock()
+		for j := range list {
+			e := &list[j]
+			if v := e.c.take(); v != 0 {
+				fn(e.w.start, e.key, v)
+			}
+			e.w.pending.Add(-1)
+			list[j] = dirtyEntry{}
+		}
+	}
+}
+
+// Dirty returns the number of listed counters (an upper bound on the
+// counters holding a diff).
+func (s *Series) Dirty() int {
+	n := 0
+	for i := range s.dirty {
+		sh := &s.dirty[i]
+		sh.mu.Lock()
+		n += len(sh.list)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}

@@ -1,0 +1,136 @@
+package postgres
+
+import (
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultSchema     = "public"
+	DefaultTable      = "ratesync_counters"
+	DefaultLaneTable  = "ratesync_lanes"
+	DefaultPurgeBatch = 1000
+	DefaultLaneTTL    = 24 * time.Hour
+)
+
+// Names derived from Config.Table: the schema version table and the
+// function CheckAndCount calls. Table is at most maxTable bytes so that
+// they stay within PostgreSQL's 63-byte identifiers.
+const (
+	versionSuffix = "_migrations"
+	checkSuffix   = "_check"
+	maxIdent      = 63
+	maxTable      = maxIdent - len(versionSuffix)
+)
+
+// Config configures a Store. Its zero value is valid: every field has a
+// documented default.
+type Config struct {
+	// Schema holds the store's tables and function; created when missing.
+	// Default "public". A schema of its own keeps the store's objects apart
+	// from the application's and lets one database serve several clusters.
+	Schema string
+
+	// Table is the counters table. Default "ratesync_counters". The schema
+	// version table is Table+"_migrations" and CheckAndCount's function
+	// Table+"_check", so Table is at most 52 bytes. Two Stores with
+	// different Tables are two independent stores in one schema.
+	Table string
+
+	// LaneTable records the last batch applied per push lane (Batch.Node).
+	// Default "ratesync_lanes". One row per lane: nodes × namespaces, plus
+	// the lanes of restarted processes until Purge removes them.
+	LaneTable string
+
+	// PurgeBatch is the number of rows one DELETE statement of Purge removes.
+	// Default 1000. Larger purges a backlog in fewer round trips; smaller
+	// keeps each statement's row locks and WAL burst shorter.
+	PurgeBatch int
+
+	// LaneTTL is how long a lane that applied nothing is kept; Purge deletes
+	// older ones. Default 24h. A batch retried after its lane was deleted
+	// would be counted again, so keep it far above any retry horizon;
+	// shorter keeps the lane table smaller when processes restart often.
+	LaneTTL time.Duration
+}
+
+// identRE is what a schema or table name may be: a lowercase unquoted SQL
+// identifier, so that the name a user types in psql is the name we create.
+var identRE = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// withDefaults returns c with its zero fields set to the defaults.
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = DefaultSchema
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.LaneTable == "" {
+		c.LaneTable = DefaultLaneTable
+	}
+	if c.PurgeBatch == 0 {
+		c.PurgeBatch = DefaultPurgeBatch
+	}
+	if c.LaneTTL == 0 {
+		c.LaneTTL = DefaultLaneTTL
+	}
+	return c
+}
+
+// validate reports the first invalid field of c (with defaults applied).
+func (c Config) validate() error {
+	bad := func(field string, value any, allowed string) error {
+		return fmt.Errorf("postgres: Config.%s = %q: %s", field, fmt.Sprint(value), allowed)
+	}
+	ident := func(field, name string, max int) error {
+		if !identRE.MatchString(name) || len(name) > max {
+			return bad(field, name, fmt.Sprintf("must match %s and be at most %d bytes", identRE, max))
+		}
+		return nil
+	}
+	if err := ident("Schema", c.Schema, maxIdent); err != nil {
+		return err
+	}
+	if err := ident("Table", c.Table, maxTable); err != nil {
+		return err
+	}
+	if err := ident("LaneTable", c.LaneTable, maxIdent); err != nil {
+		return err
+	}
+	for _, taken := range []string{c.Table, c.Table + versionSuffix, c.Table + checkSuffix} {
+		if c.LaneTable == taken {
+			return bad("LaneTable", c.LaneTable, fmt.Sprintf("must differ from Table %q and the names derived from it (%q, %q)", c.Table, c.Table+versionSuffix, c.Table+checkSuffix))
+		}
+	}
+	if c.PurgeBatch < 0 {
+		return bad("PurgeBatch", c.PurgeBatch, fmt.Sprintf("must be > 0 (0 means %d)", DefaultPurgeBatch))
+	}
+	if c.LaneTTL < 0 {
+		return bad("LaneTTL", c.LaneTTL, fmt.Sprintf("must be > 0 (0 means %v)", DefaultLaneTTL))
+	}
+	if c.LaneTTL%time.Millisecond != 0 {
+		return bad("LaneTTL", c.LaneTTL, "must be a whole number of milliseconds")
+	}
+	return nil
+}
+
+// names are the quoted, schema-qualified identifiers of the store's
+// objects, ready to put in SQL text. They come from validated names only.
+type names struct {
+	counters, lanes, versions, check string
+}
+
+func (c Config) names() names {
+	q := func(name string) string { return pgx.Identifier{c.Schema, name}.Sanitize() }
+	return names{
+		counters: q(c.Table),
+		lanes:    q(c.LaneTable),
+		versions: q(c.Table + versionSuffix),
+		check:    q(c.Table + checkSuffix),
+	}
+}

@@ -1,0 +1,115 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/internal/strategytest"
+	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/postgres"
+)
+
+func TestPurgeDeletesOldWindowsInBatches(t *testing.T) {
+	s, pool := newStore(t, postgres.Config{PurgeBatch: 100})
+	ctx := context.Background()
+	size := time.Minute
+	now := strategytest.Base.Add(2*time.Hour + 30*time.Second)
+	cur := strategy.WindowStart(now, size)
+	const windows, keys = 60, 50 // 3,000 rows of ns/1m, most of them old
+	seq := uint64(0)
+	for w := range windows {
+		var diffs []strategy.Diff
+		for k := range keys {
+			diffs = append(diffs, diff("ns", fmt.Sprintf("k%02d", k), cur.Add(-time.Duration(w)*size), size, 1))
+		}
+		seq++
+		mustPush(t, s, strategy.Batch{Node: "loader", Seq: seq, Diffs: diffs})
+	}
+	old := cur.Add(-30 * size)
+	seq++
+	mustPush(t, s, strategy.Batch{Node: "loader", Seq: seq, Diffs: []strategy.Diff{
+		diff("other", "k00", old, size, 1),        // another namespace
+		diff("ns", "k00", old, 2*size, 1),         // a size Purge is not asked about
+		diff("ns", "k00", cur.Add(size), size, 1), // a future window
+	}})
+
+	// A writer holds one old row: Purge skips it rather than wait.
+	held := cur.Add(-40 * size).UnixMilli()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.ratesync_counters WHERE namespace = 'ns' AND window_size = 60000 AND window_start = $1 AND key = 'k07'::bytea FOR UPDATE`, held); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.Purge(pctx, "ns", []time.Duration{size}, now); err != nil {
+		t.Fatalf("Purge: %v", err)
+	}
+	rows := func(where string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM public.ratesync_counters WHERE `+where, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := rows(`namespace = 'ns' AND window_size = 60000 AND window_start >= $1`, cur.Add(-2*size).UnixMilli()); n != 3*keys+1 {
+		t.Errorf("%d rows in the current, previous, spare and future windows after Purge, want %d (kept)", n, 3*keys+1)
+	}
+	if n := rows(`namespace = 'ns' AND window_size = 60000 AND window_start < $1`, cur.Add(-2*size).UnixMilli()); n != 1 {
+		t.Errorf("%d old rows left after Purge, want 1 (the locked one)", n)
+	}
+	if n := rows(`namespace = 'other' OR window_size <> 60000`); n != 2 {
+		t.Errorf("%d rows of another namespace or size, want 2 (untouched)", n)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(ctx, "ns", []time.Duration{size}, now); err != nil {
+		t.Fatalf("second Purge: %v", err)
+	}
+	if n := rows(`namespace = 'ns' AND window_size = 60000 AND window_start < $1`, cur.Add(-2*size).UnixMilli()); n != 0 {
+		t.Errorf("%d old rows left after the second Purge, want 0", n)
+	}
+	got := counters(t, s, strategy.Query{Namespace: "ns", WindowSizes: []time.Duration{size}, Now: now})
+	if len(got) != 2*keys {
+		t.Errorf("GetCounters after Purge: %d counters, want %d (current and previous)", len(got), 2*keys)
+	}
+}
+
+func TestPurgeDeletesLanesUnusedForLaneTTL(t *testing.T) {
+	s, pool := newStore(t, postgres.Config{LaneTTL: time.Hour})
+	ctx := context.Background()
+	start := strategy.WindowStart(strategytest.Base, time.Minute)
+	for _, node := range []string{"gone", "idle-but-young", "busy"} {
+		mustPush(t, s, strategy.Batch{Node: node, Seq: 5, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}})
+	}
+	if _, err := pool.Exec(ctx, `UPDATE public.ratesync_lanes SET updated_at = now() - interval '61 minutes' WHERE node = 'gone'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE public.ratesync_lanes SET updated_at = now() - interval '59 minutes' WHERE node = 'idle-but-young'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Purge(ctx, "ns", []time.Duration{time.Minute}, strategytest.Base); err != nil {
+		t.Fatal(err)
+	}
+	var lanes []string
+	rows, err := pool.Query(ctx, `SELECT node FROM public.ratesync_lanes ORDER BY node`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		lanes = append(lanes, n)
+	}
+	if fmt.Sprint(lanes) != "[busy idle-but-young]" {
+		t.Fatalf("lanes after Purge: %v, want [busy idle-but-young]", lanes)
+	}
+}

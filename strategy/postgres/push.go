@@ -1,0 +1,304 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ratesync/ratesync/strategy"
+)
+
+// pushWith is the head of the push statement, shared by PushDiffs and
+// PushAndCount. One statement is one transaction, so the lane record and
+// the counters change together or not at all:
+//
+//   - lane upserts the lane's row only when the batch's seq is above the
+//     recorded one, and returns a row only then. Its row lock serializes
+//     pushes of one lane: a retry racing its still-running first attempt
+//     waits for it, then (READ COMMITTED re-checks the newest row version)
+//     finds seq not above the record and returns nothing;
+//   - up adds the batch's counters only WHERE EXISTS (SELECT 1 FROM lane),
+//     a one-time filter evaluated before the first counter row, so the lane
+//     row is always locked first. Rows arrive aggregated (ON CONFLICT cannot
+//     touch a row twice in one statement) and sorted by rowKey.compare, and
+//     the plan feeds the insert straight from the function scan, in array
+//     order, so concurrent pushes (and checks) lock shared rows in one
+//     order and never deadlock.
+//
+// %[1]s is the counters table, %[2]s the lane table, %[3]s up's RETURNING.
+const pushWith = `WITH lane AS (
+	INSERT INTO %[2]s AS l (node, seq, updated_at) VALUES ($6, $7, now())
+	ON CONFLICT (node) DO UPDATE SET seq = EXCLUDED.seq, updated_at = EXCLUDED.updated_at
+	WHERE l.seq < EXCLUDED.seq
+	RETURNING 1
+), up AS (
+	INSERT INTO %[1]s AS c (namespace, window_size, window_start, key, count)
+	SELECT d.namespace, d.window_size, d.window_start, d.key, d.count
+	FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bytea[], $5::float8[])
+	     AS d(namespace, window_size, window_start, key, count)
+	WHERE EXISTS (SELECT 1 FROM lane)
+	ON CONFLICT (namespace, window_size, window_start, key)
+	DO UPDATE SET count = c.count + EXCLUDED.count%[3]s
+)
+`
+
+// pushSQL returns whether the batch was applied (1) or not (0).
+func pushSQL(n names) string {
+	return fmt.Sprintf(pushWith, n.counters, n.lanes, "") + `SELECT count(*) FROM lane`
+}
+
+// pushCountSQL returns the final count of every counter the batch changed
+// (first column true; none when the batch was not applied), then the count
+// of each previous window named in $8..$11 that the batch did not change
+// (first column false, as of the statement's start; absent rows omitted).
+func pushCountSQL(n names) string {
+	return fmt.Sprintf(pushWith, n.counters, n.lanes, `
+	RETURNING c.namespace, c.window_size, c.window_start, c.key, c.count`) + `SELECT true, namespace, window_size, window_start, key, count FROM up
+UNION ALL
+SELECT false, c.namespace, c.window_size, c.window_start, c.key, c.count
+FROM unnest($8::text[], $9::bigint[], $10::bigint[], $11::bytea[]) AS e(namespace, window_size, window_start, key)
+JOIN ` + n.counters + ` c ON c.namespace = e.namespace AND c.window_size = e.window_size
+	AND c.window_start = e.window_start AND c.key = e.key`
+}
+
+// readRowsSQL reads the counters named in $1..$4 (absent rows omitted).
+func readRowsSQL(n names) string {
+	return `SELECT c.namespace, c.window_size, c.window_start, c.key, c.count
+FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bytea[]) AS e(namespace, window_size, window_start, key)
+JOIN ` + n.counters + ` c ON c.namespace = e.namespace AND c.window_size = e.window_size
+	AND c.window_start = e.window_start AND c.key = e.key`
+}
+
+// rowKey is a counter's primary key (sizes and starts in milliseconds).
+type rowKey struct {
+	ns          string
+	size, start int64
+	key         string
+}
+
+func diffKey(d strategy.Diff) rowKey {
+	return rowKey{d.Namespace, d.WindowSize.Milliseconds(), d.WindowStart.UnixMilli(), d.Key}
+}
+
+// prev is the same counter one window earlier.
+func (k rowKey) prev() rowKey { k.start -= k.size; return k }
+
+// compare is the order every writer locks counter rows in: namespace,
+// size, start, key, strings by bytes. It need not match the index's
+// collation; what rules out deadlocks is that all writers use this one.
+func (k rowKey) compare(o rowKey) int {
+	if c := strings.Compare(k.ns, o.ns); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.size, o.size); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(k.start, o.start); c != 0 {
+		return c
+	}
+	return strings.Compare(k.key, o.key)
+}
+
+// columns are rows as the parallel arrays the statements unnest.
+type columns struct {
+	ns     []string
+	size   []int64
+	start  []int64
+	key    [][]byte
+	counts []float64
+}
+
+func newColumns(n int, counts bool) *columns {
+	c := &columns{ns: make([]string, 0, n), size: make([]int64, 0, n), start: make([]int64, 0, n), key: make([][]byte, 0, n)}
+	if counts {
+		c.counts = make([]float64, 0, n)
+	}
+	return c
+}
+
+func (c *columns) add(k rowKey) {
+	c.ns = append(c.ns, k.ns)
+	c.size = append(c.size, k.size)
+	c.start = append(c.start, k.start)
+	c.key = append(c.key, []byte(k.key))
+}
+
+type sum struct {
+	k rowKey
+	v float64
+}
+
+// aggregate sums the diffs of each counter and sorts the sums in lock order.
+func aggregate(diffs []strategy.Diff) []sum {
+	idx := make(map[rowKey]int, len(diffs))
+	sums := make([]sum, 0, len(diffs))
+	for _, d := range diffs {
+		k := diffKey(d)
+		if i, ok := idx[k]; ok {
+			sums[i].v += d.Value
+			continue
+		}
+		idx[k] = len(sums)
+		sums = append(sums, sum{k, d.Value})
+	}
+	slices.SortFunc(sums, func(a, b sum) int { return a.k.compare(b.k) })
+	return sums
+}
+
+func sumColumns(sums []sum) *columns {
+	c := newColumns(len(sums), true)
+	for _, s := range sums {
+		c.add(s.k)
+		c.counts = append(c.counts, s.v)
+	}
+	return c
+}
+
+func checkBatch(b strategy.Batch) error {
+	if err := checkNode(b.Node); err != nil {
+		return err
+	}
+	for _, d := range b.Diffs {
+		if err := checkDiff(d); err != nil {
+			return fmt.Errorf("%w (batch %d of node %q)", err, b.Seq, b.Node)
+		}
+	}
+	return nil
+}
+
+// PushDiffs applies b at most once per (b.Node, b.Seq), in one statement.
+func (s *Store) PushDiffs(ctx context.Context, b strategy.Batch) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := checkBatch(b); err != nil {
+		return err
+	}
+	c := sumColumns(aggregate(b.Diffs))
+	var applied int64
+	err := s.pool.QueryRow(ctx, s.q.push, c.ns, c.size, c.start, c.key, c.counts, b.Node, seqParam(b.Seq)).Scan(&applied)
+	if err != nil {
+		return dbErr(ctx, fmt.Sprintf("push batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs)), err)
+	}
+	return nil
+}
+
+// PushAndCount applies b like PushDiffs and returns, for each diff in
+// order, its counter's totals right after that diff, in one round trip.
+// The statement returns each changed counter's final count; the totals of
+// a counter named several times are derived from it by taking off the
+// diffs that come later in b (exact for whole counts, else within
+// rounding). When (b.Node, b.Seq) was applied before,
+// nothing is applied and the current totals are read with a second query.
+func (s *Store) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.Totals, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := checkBatch(b); err != nil {
+		return nil, err
+	}
+	sums := aggregate(b.Diffs)
+	c := sumColumns(sums)
+	changed := make(map[rowKey]struct{}, len(sums))
+	for _, x := range sums {
+		changed[x.k] = struct{}{}
+	}
+	extra := newColumns(0, false) // previous windows the batch does not change
+	var extraKeys []rowKey
+	for _, x := range sums {
+		p := x.k.prev()
+		if _, ok := changed[p]; !ok {
+			changed[p] = struct{}{} // once each
+			extra.add(p)
+			extraKeys = append(extraKeys, p)
+		}
+	}
+	what := func() string {
+		return fmt.Sprintf("push and count batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs))
+	}
+
+	counts := make(map[rowKey]float64, len(sums)+len(extraKeys))
+	applied := false
+	rows, err := s.pool.Query(ctx, s.q.pushCount, c.ns, c.size, c.start, c.key, c.counts, b.Node, seqParam(b.Seq),
+		extra.ns, extra.size, extra.start, extra.key)
+	if err != nil {
+		return nil, dbErr(ctx, what(), err)
+	}
+	for rows.Next() {
+		var (
+			mine bool
+			k    rowKey
+			key  pgtype.DriverBytes
+			v    float64
+		)
+		if err := rows.Scan(&mine, &k.ns, &k.size, &k.start, &key, &v); err != nil {
+			rows.Close()
+			return nil, dbErr(ctx, what(), err)
+		}
+		k.key = string(key)
+		counts[k] = v
+		applied = applied || mine
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, dbErr(ctx, what(), err)
+	}
+
+	totals := make([]strategy.Totals, len(b.Diffs))
+	if !applied && len(b.Diffs) > 0 {
+		// Replayed (Node, Seq): the statement's snapshot may predate the
+		// first attempt it waited for, so read the current totals afresh.
+		all := newColumns(len(sums)+len(extraKeys), false)
+		for _, x := range sums {
+			all.add(x.k)
+		}
+		for _, k := range extraKeys {
+			all.add(k)
+		}
+		clear(counts)
+		if err := s.readRows(ctx, all, counts); err != nil {
+			return nil, dbErr(ctx, what(), err)
+		}
+		for i, d := range b.Diffs {
+			k := diffKey(d)
+			totals[i] = strategy.Totals{Current: counts[k], Previous: counts[k.prev()]}
+		}
+		return totals, nil
+	}
+	// Applied: walk back from the final counts.
+	later := make(map[rowKey]float64, len(sums))
+	for i := len(b.Diffs) - 1; i >= 0; i-- {
+		d := b.Diffs[i]
+		k := diffKey(d)
+		p := k.prev()
+		totals[i] = strategy.Totals{Current: counts[k] - later[k], Previous: counts[p] - later[p]}
+		later[k] += d.Value
+	}
+	return totals, nil
+}
+
+// readRows reads the counters of c into counts.
+func (s *Store) readRows(ctx context.Context, c *columns, counts map[rowKey]float64) error {
+	rows, err := s.pool.Query(ctx, s.q.readRows, c.ns, c.size, c.start, c.key)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k   rowKey
+			key pgtype.DriverBytes
+			v   float64
+		)
+		if err := rows.Scan(&k.ns, &k.size, &k.start, &key, &v); err != nil {
+			return err
+		}
+		k.key = string(key)
+		counts[k] = v
+	}
+	return rows.Err()
+}

@@ -1,0 +1,167 @@
+// Package postgres is a strategy.Strategy kept in PostgreSQL: the central
+// store of counters for a cluster of nodes (Kong's "cluster" strategy). It
+// also implements strategy.PushCounter and strategy.Checker, so that
+// synchronous namespaces make one round trip per batch of hits or checks.
+//
+// It owns its schema and the SQL that reads and writes it: New creates or
+// migrates the schema (versioned migrations embedded in the binary, applied
+// in one transaction holding an advisory lock, so that nodes starting at
+// once migrate once, and a failed upgrade changes nothing). It
+// does not own the connection pool (the caller's, never closed here), nor
+// when to push, fetch or purge (the syncer decides that).
+//
+// Schema (names from Config):
+//
+//	ratesync_counters(namespace text, window_size bigint, window_start bigint,
+//	                  key bytea, count double precision,
+//	                  PRIMARY KEY (namespace, window_size, window_start, key))
+//	ratesync_lanes(node text PRIMARY KEY, seq numeric(20,0), updated_at timestamptz)
+//	ratesync_counters_migrations(version, name, applied_at)
+//	ratesync_counters_check(...): the function behind CheckAndCount
+//
+// Window starts and sizes are bigint milliseconds (no 2038 overflow, unlike
+// Kong's int columns) and counts double precision (fractional hits and
+// refunds). Keys are bytea: PostgreSQL text cannot hold NUL or invalid
+// UTF-8, and every key the library accepts is stored and returned
+// byte-exact. Namespaces and lane names (Batch.Node) are text: they must be
+// valid UTF-8 without NUL, or the call fails with an error naming them.
+// Batch.Seq is a uint64 stored exactly in numeric(20,0).
+//
+// Every value is a bind parameter; SQL text holds only the validated,
+// quoted names of Config. A push is one statement (one round trip, one
+// transaction) that records the lane's seq and upserts the batch's counters
+// from arrays, at most once per (Node, Seq). Writers lock counter rows in
+// primary-key order, so concurrent pushes and checks never deadlock.
+//
+// Purge deletes, in batches of Config.PurgeBatch rows, the windows that
+// started before the window preceding the previous one (it keeps current,
+// previous and one spare window for nodes whose clock lags), and lanes
+// unused for Config.LaneTTL.
+//
+// The pool may use any pgx QueryExecMode (behind PgBouncer in transaction
+// mode, one without server-side prepared statements, as pgx requires).
+// New needs CREATE on the database when Config.Schema does not exist yet,
+// and CREATE on the schema for the first migration; later starts need
+// neither.
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/big"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ratesync/ratesync/strategy"
+)
+
+var (
+	_ strategy.Strategy    = (*Store)(nil)
+	_ strategy.PushCounter = (*Store)(nil)
+	_ strategy.Checker     = (*Store)(nil)
+)
+
+// Store is a strategy kept in PostgreSQL. It is safe for concurrent use
+// (its state is the database; each call takes a connection from the pool).
+// Its zero value is not usable: use New.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	q    queries
+}
+
+// New returns a store on pool configured by cfg (zero fields mean the
+// documented defaults), after creating or migrating its schema. It returns
+// an error naming the field for an invalid cfg, and ctx.Err() when ctx ends
+// first. The pool stays the caller's.
+func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("postgres: pool = nil: a *pgxpool.Pool is required")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	n := cfg.names()
+	if err := migrate(ctx, pool, cfg, n); err != nil {
+		return nil, err
+	}
+	return &Store{pool: pool, cfg: cfg, q: newQueries(n)}, nil
+}
+
+// Config returns the store's configuration with defaults applied.
+func (s *Store) Config() Config { return s.cfg }
+
+func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// checkText reports whether s can be stored in a text column: PostgreSQL
+// text holds valid UTF-8 without NUL.
+func checkText(s string) bool {
+	return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+const textRule = "must be valid UTF-8 without NUL (stored as PostgreSQL text)"
+
+func checkNode(node string) error {
+	if !checkText(node) {
+		return fmt.Errorf("postgres: node %q: %s", node, textRule)
+	}
+	return nil
+}
+
+func checkNamespace(ns string) error {
+	if !checkText(ns) {
+		return fmt.Errorf("postgres: namespace %q: %s", ns, textRule)
+	}
+	return nil
+}
+
+func checkSize(key string, size time.Duration) error {
+	if size <= 0 || size%time.Millisecond != 0 {
+		return fmt.Errorf("postgres: key %q: window size %v: must be > 0 and whole milliseconds", key, size)
+	}
+	return nil
+}
+
+func checkDiff(d strategy.Diff) error {
+	if err := checkNamespace(d.Namespace); err != nil {
+		return err
+	}
+	if math.IsNaN(d.Value) || math.IsInf(d.Value, 0) {
+		return fmt.Errorf("postgres: diff of key %q: value %v: must be finite", d.Key, d.Value)
+	}
+	return checkSize(d.Key, d.WindowSize)
+}
+
+// seqParam is a uint64 as numeric, exact over its whole range.
+func seqParam(seq uint64) pgtype.Numeric {
+	return pgtype.Numeric{Int: new(big.Int).SetUint64(seq), Valid: true}
+}
+
+// queries are the store's SQL statements, built once from the names.
+type queries struct {
+	push, pushCount, readRows string
+	get, getKeys, window      string
+	check                     string
+	purge, purgeLanes         string
+}
+
+func newQueries(n names) queries {
+	return queries{
+		push:       pushSQL(n),
+		pushCount:  pushCountSQL(n),
+		readRows:   readRowsSQL(n),
+		get:        getSQL(n, false),
+		getKeys:    getSQL(n, true),
+		window:     windowSQL(n),
+		check:      checkSQL(n),
+		purge:      purgeSQL(n),
+		purgeLanes: purgeLanesSQL(n),
+	}
+}

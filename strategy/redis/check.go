@@ -1,0 +1,217 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/ratesync/ratesync/strategy"
+)
+
+// CheckAndCount decides and counts each check in the store, at most once
+// per (node, seq): the checks of one namespace shard (so every check of one
+// key) run in one check.lua script, in order, atomically; the shards run in
+// one pipelined round trip. A check passes when, for every limit,
+// current + previous * weight + Cost <= Limit, with the weight
+// (size - Now mod size) / size from the check's Now (0 for a fixed window);
+// a passing check adds Cost once to the current window of each distinct
+// size of its limits.
+//
+// When (node, seq) was already applied in a check's shard, that check
+// counts nothing and is returned not allowed, with the current totals.
+// Checks share lane records with PushDiffs: a node numbers its pushes and
+// checks from one sequence, or uses different node names for them.
+func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	nlim := 0
+	for i := range checks {
+		if err := validCheck(i, &checks[i]); err != nil {
+			return nil, err
+		}
+		nlim += len(checks[i].Limits)
+	}
+	out := make([]strategy.CheckResult, len(checks))
+	if len(checks) == 0 {
+		return out, nil
+	}
+
+	// Arguments point into slices of this call, never into checks: the
+	// exchange may outlive the call (see call). Strings go as *string, which
+	// go-redis writes without boxing each: the fields, then each check's
+	// cost and each limit's weight and limit (a batch mostly repeats the
+	// same few, formatted once).
+	strs := make([]string, 2*len(checks)+2*nlim)
+	fields, nums := strs[:len(checks)], strs[len(checks):]
+	var costs, limits, weights floatMemo
+	gr := grouper{shards: s.cfg.Shards}
+	for i, c := range checks {
+		fields[i] = c.Key
+		g := gr.of(c.Namespace, c.Key)
+		g.items = append(g.items, i)
+	}
+	// Hash numbers first (the TTL of each is the longest any check asks),
+	// then the arguments that use them.
+	type lim struct{ cur, prev int }
+	lims := make([]lim, nlim) // in the order of the groups' items, as below
+	l0 := 0
+	for _, g := range gr.gs {
+		for _, i := range g.items {
+			c := &checks[i]
+			now := c.Now.UnixMilli()
+			for j, l := range c.Limits {
+				size := l.WindowSize.Milliseconds()
+				start := strategy.WindowStart(c.Now, l.WindowSize).UnixMilli()
+				cur, added := g.hash(window{size, start})
+				if added {
+					g.ttls = append(g.ttls, 0)
+				}
+				g.ttls[cur-1] = max(g.ttls[cur-1], s.windowTTL(start, size, now))
+				prev, added := g.hash(window{size, start - size})
+				if added {
+					g.ttls = append(g.ttls, s.windowTTL(start-size, size, now))
+				}
+				lims[l0+j] = lim{cur, prev}
+			}
+			l0 += len(c.Limits)
+		}
+	}
+	sq, k := any(seqArg(seq)), 0
+	l0 = 0
+	for _, g := range gr.gs {
+		m := len(g.wins)
+		s.setKeys(g, node)
+		g.args = make([]any, 0, 5+m+len(g.items)*7)
+		simple := "1" // distinct keys of one limit each: check.lua skips its value cache
+		for _, i := range g.items {
+			if len(checks[i].Limits) != 1 {
+				simple = "0"
+			}
+		}
+		if !distinctKeys(fields, g.items) {
+			simple = "0"
+		}
+		g.args = append(g.args, sq, s.laneTTL, 0, m, simple)
+		for h := range g.ttls {
+			g.args = append(g.args, &g.ttls[h])
+		}
+		g.n, g.nout = len(g.items), 0
+		for _, i := range g.items {
+			c := &checks[i]
+			g.nout += 1 + 2*len(c.Limits)
+			nums[k] = costs.format(c.Cost)
+			g.args = append(g.args, &fields[i], &nums[k], len(c.Limits))
+			k++
+			for j, l := range c.Limits {
+				h := lims[l0+j]
+				var w any = "F"
+				if !l.Fixed {
+					nums[k] = weights.format(strategy.Weight(c.Now, l.WindowSize))
+					w = &nums[k]
+				}
+				nums[k+1] = limits.format(l.Limit)
+				g.args = append(g.args, h.cur, h.prev, w, &nums[k+1])
+				k += 2
+			}
+			l0 += len(c.Limits)
+		}
+		g.args[2] = len(g.args) - 3
+	}
+
+	gs := gr.gs
+	op := func() string { return fmt.Sprintf("check %d requests of node %q, seq %d", len(checks), node, seq) }
+	if err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, checkScript, gs) }); err != nil {
+		return nil, err
+	}
+	totals := make([]strategy.Totals, nlim)
+	for _, g := range gs {
+		vals := g.res
+		k := 0
+		for _, i := range g.items {
+			nl := len(checks[i].Limits)
+			if k+2*nl >= len(vals) {
+				return nil, fmt.Errorf("redis: %s: shard %s: reply of %d values: too short", op(), g.tag, len(vals))
+			}
+			out[i].Allowed = vals[k] == "1"
+			out[i].Totals, totals = totals[:nl:nl], totals[nl:]
+			for j := range nl {
+				var err error
+				if out[i].Totals[j].Current, err = parseCount(vals[k+1+2*j]); err == nil {
+					out[i].Totals[j].Previous, err = parseCount(vals[k+2+2*j])
+				}
+				if err != nil {
+					return nil, fmt.Errorf("redis: %s: shard %s: %w", op(), g.tag, err)
+				}
+			}
+			k += 1 + 2*nl
+		}
+	}
+	return out, nil
+}
+
+// validCheck validates check i.
+func validCheck(i int, c *strategy.Check) error {
+	what := func() string { return fmt.Sprintf("check %d (key %s)", i, quote(c.Key)) }
+	if math.IsNaN(c.Cost) || math.IsInf(c.Cost, 0) {
+		return checkFinite(what(), "Cost", c.Cost)
+	}
+	if c.Cost < 0 {
+		return fmt.Errorf("redis: %s: Cost = %v: must be >= 0", what(), c.Cost)
+	}
+	for j, l := range c.Limits {
+		if l.WindowSize > 0 && l.WindowSize%time.Millisecond == 0 && l.Limit > 0 && !math.IsInf(l.Limit, 0) {
+			continue
+		}
+		lwhat := fmt.Sprintf("%s: limit %d", what(), j)
+		if err := checkSize(lwhat, l.WindowSize); err != nil {
+			return err
+		}
+		if err := checkFinite(lwhat, "Limit", l.Limit); err != nil {
+			return err
+		}
+		return fmt.Errorf("redis: %s: Limit %v: must be > 0", lwhat, l.Limit)
+	}
+	return nil
+}
+
+// distinctKeys reports whether the keys at positions items are all
+// different: a linear search for the few items of a synchronous batch, a
+// set for more.
+func distinctKeys(keys []string, items []int) bool {
+	if len(items) <= 32 {
+		for a := 1; a < len(items); a++ {
+			for _, b := range items[:a] {
+				if keys[items[a]] == keys[b] {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	seen := make(map[string]struct{}, len(items))
+	for _, i := range items {
+		if _, dup := seen[keys[i]]; dup {
+			return false
+		}
+		seen[keys[i]] = struct{}{}
+	}
+	return true
+}
+
+func formatFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+
+// floatMemo formats floats, reusing the last string for the same value.
+type floatMemo struct {
+	bits uint64
+	s    string
+}
+
+func (m *floatMemo) format(v float64) string {
+	if b := math.Float64bits(v); b != m.bits || m.s == "" {
+		m.bits, m.s = b, formatFloat(v)
+	}
+	return m.s
+}

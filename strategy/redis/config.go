@@ -1,0 +1,127 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultPrefix           = "ratesync"
+	DefaultShards           = 16
+	DefaultTTLMargin        = 5 * time.Second
+	DefaultLaneTTL          = 24 * time.Hour
+	DefaultTimeout          = 5 * time.Second
+	DefaultScanThreshold    = 1000
+	DefaultFieldsPerCommand = 1000
+
+	// MaxShards bounds Config.Shards: a whole-namespace read touches
+	// Shards hashes per window.
+	MaxShards = 1024
+)
+
+// Config configures a Store. Its zero value means the defaults; every field
+// is independent. Nodes sharing a store must agree on Prefix and Shards (New
+// refuses a Shards that differs from the one recorded under Prefix); the
+// other fields are local to each node.
+type Config struct {
+	// Prefix starts every key the store writes ("ratesync" when empty): one
+	// Redis database can hold several independent stores under different
+	// prefixes. Any bytes but '{' and '}', which would break the Cluster hash
+	// tags.
+	Prefix string
+
+	// Shards is the number of hashes one window of a namespace is split
+	// into, by a hash of the key (DefaultShards when 0; 1 to MaxShards).
+	// More shards spread a busy window over more Cluster slots and nodes, and
+	// keep each script of a push short (Redis runs one at a time); fewer
+	// shards mean fewer commands per push (one script per shard a batch
+	// touches), fewer hashes per whole-namespace read and fewer lane records.
+	// Every node must use the same value: changing it moves keys to other
+	// hashes, so counts of running windows are lost to readers.
+	Shards int
+
+	// TTLMargin is how long a window outlives the end of its life as a
+	// previous window: a window of size S starting at T expires at
+	// T + 2S + TTLMargin, by the pushing node's clock, and at least
+	// TTLMargin after each push (DefaultTTLMargin when 0; at least 1ms).
+	// Longer tolerates more clock skew between nodes; shorter frees memory
+	// sooner (with 1s windows, each extra second keeps one more window).
+	TTLMargin time.Duration
+
+	// LaneTTL is how long the record of a push lane's last applied Seq is
+	// kept after its last apply (DefaultLaneTTL when 0; at least 1s). A retry
+	// of a batch arriving later than that after its first try would be
+	// counted again, so it must exceed the longest time a batch stays in
+	// flight; longer keeps records of departed nodes longer (about 100 bytes
+	// per node and namespace shard).
+	LaneTTL time.Duration
+
+	// Timeout bounds each call whose context has no deadline
+	// (DefaultTimeout when 0). Shorter gives up sooner on a stalled server;
+	// a call whose context has a deadline uses that deadline instead.
+	Timeout time.Duration
+
+	// ScanThreshold is the number of fields above which a whole-namespace
+	// read pages through a hash with HSCAN instead of one HGETALL
+	// (DefaultScanThreshold when 0). Higher means fewer round trips for big
+	// windows; lower keeps each command, and so each stall of Redis, short.
+	ScanThreshold int
+
+	// FieldsPerCommand is the most fields one HMGET asks for, and the COUNT
+	// hint of HSCAN (DefaultFieldsPerCommand when 0). Commands are pipelined
+	// either way: higher means fewer commands, lower keeps each short.
+	FieldsPerCommand int
+}
+
+// withDefaults returns c with its zero fields set to the defaults, or an
+// error naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	bad := func(field string, value any, allowed string) error {
+		return fmt.Errorf("redis: Config.%s = %v: %s", field, value, allowed)
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if strings.ContainsAny(c.Prefix, "{}") {
+		return c, bad("Prefix", fmt.Sprintf("%q", c.Prefix), "must not contain '{' or '}' (they delimit Cluster hash tags)")
+	}
+	switch {
+	case c.Shards == 0:
+		c.Shards = DefaultShards
+	case c.Shards < 0 || c.Shards > MaxShards:
+		return c, bad("Shards", c.Shards, fmt.Sprintf("must be 0 (default %d) or 1 to %d", DefaultShards, MaxShards))
+	}
+	switch {
+	case c.TTLMargin == 0:
+		c.TTLMargin = DefaultTTLMargin
+	case c.TTLMargin < time.Millisecond:
+		return c, bad("TTLMargin", c.TTLMargin, fmt.Sprintf("must be 0 (default %v) or at least 1ms", DefaultTTLMargin))
+	}
+	switch {
+	case c.LaneTTL == 0:
+		c.LaneTTL = DefaultLaneTTL
+	case c.LaneTTL < time.Second:
+		return c, bad("LaneTTL", c.LaneTTL, fmt.Sprintf("must be 0 (default %v) or at least 1s", DefaultLaneTTL))
+	}
+	switch {
+	case c.Timeout == 0:
+		c.Timeout = DefaultTimeout
+	case c.Timeout < 0:
+		return c, bad("Timeout", c.Timeout, fmt.Sprintf("must be 0 (default %v) or positive", DefaultTimeout))
+	}
+	switch {
+	case c.ScanThreshold == 0:
+		c.ScanThreshold = DefaultScanThreshold
+	case c.ScanThreshold < 0:
+		return c, bad("ScanThreshold", c.ScanThreshold, fmt.Sprintf("must be 0 (default %d) or positive", DefaultScanThreshold))
+	}
+	switch {
+	case c.FieldsPerCommand == 0:
+		c.FieldsPerCommand = DefaultFieldsPerCommand
+	case c.FieldsPerCommand < 0:
+		return c, bad("FieldsPerCommand", c.FieldsPerCommand, fmt.Sprintf("must be 0 (default %d) or positive", DefaultFieldsPerCommand))
+	}
+	return c, nil
+}

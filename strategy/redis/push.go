@@ -1,0 +1,425 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesync/ratesync/strategy"
+)
+
+// PushDiffs adds each diff of b to its counter, at most once per
+// (b.Node, b.Seq): one push.lua script per namespace shard the batch
+// touches, all in one pipelined round trip. A batch whose (Node, Seq) was
+// already applied (a retry after a lost reply) counts nothing and returns
+// nil. On an error, some shard groups may have been applied: a retry with
+// the same (Node, Seq) applies the others only.
+func (s *Store) PushDiffs(ctx context.Context, b strategy.Batch) error {
+	_, err := s.push(ctx, b, false)
+	return err
+}
+
+// PushAndCount applies b like PushDiffs and returns, for each diff in
+// order, its key's count in the diff's window and in the window before it,
+// right after that diff: one round trip. When (b.Node, b.Seq) was already
+// applied, it applies nothing and returns the current counts.
+func (s *Store) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.Totals, error) {
+	return s.push(ctx, b, true)
+}
+
+// group is the part of a batch (or of a set of checks) that falls in one
+// namespace shard: one script call.
+type group struct {
+	ns    string
+	shard int
+	tag   string
+	keys  []string       // KEYS: lane record, then window hashes (push count mode: then the previous windows not among them)
+	wins  []window       // window of each hash, parallel to keys[1:]
+	index map[window]int // window -> hash number h (1-based, keys[h]), once wins outgrows a linear search
+	runs  []run          // push: diffs by hash, in the order the script applies them
+	items []int          // check: the checks of the group, in order
+	ttls  []int64        // TTL of each hash, ms, parallel to wins (passed by pointer: no boxing)
+	args  []any          // ARGV of a script running this group alone: seq, lane TTL, then len(args)-3 and the group's own arguments
+	n     int            // diffs or checks
+	nout  int            // values the group adds to the script's reply
+	res   []any          // the group's part of the reply
+}
+
+type window struct{ size, start int64 }
+
+// run is a sequence of diffs going to one hash.
+type run struct {
+	h   int
+	idx []int // positions in the batch
+}
+
+// linearMax is how many groups or windows are searched linearly before a
+// map is built: batches of synchronous decisions touch few of each.
+const linearMax = 16
+
+// hash returns the hash number of w in g, adding it.
+func (g *group) hash(w window) (int, bool) {
+	if g.index == nil {
+		for i, x := range g.wins {
+			if x == w {
+				return i + 1, false
+			}
+		}
+		if len(g.wins) < linearMax {
+			g.wins = append(g.wins, w)
+			return len(g.wins), true
+		}
+		g.index = make(map[window]int, 2*len(g.wins))
+		for i, x := range g.wins {
+			g.index[x] = i + 1
+		}
+	}
+	if h, ok := g.index[w]; ok {
+		return h, false
+	}
+	g.wins = append(g.wins, w)
+	h := len(g.wins)
+	g.index[w] = h
+	return h, true
+}
+
+type shardID struct {
+	ns    string
+	shard int
+}
+
+// grouper collects the groups of one call, in the order of first use.
+type grouper struct {
+	shards int
+	gs     []*group
+	index  map[shardID]*group // once gs outgrows a linear search
+}
+
+// of returns the group of key's shard of namespace ns, adding it.
+func (gr *grouper) of(ns, key string) *group {
+	shard := shardOf(key, gr.shards)
+	if gr.index == nil {
+		for _, g := range gr.gs {
+			if g.shard == shard && g.ns == ns {
+				return g
+			}
+		}
+		if len(gr.gs) < linearMax {
+			g := &group{ns: ns, shard: shard}
+			gr.gs = append(gr.gs, g)
+			return g
+		}
+		gr.index = make(map[shardID]*group, 2*len(gr.gs))
+		for _, g := range gr.gs {
+			gr.index[shardID{g.ns, g.shard}] = g
+		}
+	}
+	id := shardID{ns, shard}
+	if g := gr.index[id]; g != nil {
+		return g
+	}
+	g := &group{ns: ns, shard: shard}
+	gr.gs = append(gr.gs, g)
+	gr.index[id] = g
+	return g
+}
+
+// groups returns the shard groups of diffs, in the order of first use, with
+// their runs: in push mode one run per hash, so that the script gets each
+// field and value with no per-diff hash number; in count mode the diffs in
+// batch order, since a diff's totals include the diffs before it. A group
+// is one script call and is never split: the seq record of a shard must
+// change with all of its increments.
+func (s *Store) groups(diffs []strategy.Diff, count bool) []*group {
+	gr := grouper{shards: s.cfg.Shards}
+	for i, d := range diffs {
+		g := gr.of(d.Namespace, d.Key)
+		h, added := g.hash(window{d.WindowSize.Milliseconds(), d.WindowStart.UnixMilli()})
+		switch {
+		case !count && added:
+			g.runs = append(g.runs, run{h: h}) // push mode: one run per hash, h == len(runs)
+			fallthrough
+		case !count:
+			g.runs[h-1].idx = append(g.runs[h-1].idx, i)
+		case len(g.runs) == 0 || g.runs[len(g.runs)-1].h != h:
+			g.runs = append(g.runs, run{h: h, idx: []int{i}}) // count mode: keep the batch order
+		default:
+			g.runs[len(g.runs)-1].idx = append(g.runs[len(g.runs)-1].idx, i)
+		}
+	}
+	return gr.gs
+}
+
+func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strategy.Totals, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for i, d := range b.Diffs {
+		if math.IsNaN(d.Value) || math.IsInf(d.Value, 0) || d.WindowSize <= 0 || d.WindowSize%time.Millisecond != 0 {
+			what := fmt.Sprintf("batch %d of node %q: diff %d (key %s)", b.Seq, b.Node, i, quote(d.Key))
+			if err := checkFinite(what, "Value", d.Value); err != nil {
+				return nil, err
+			}
+			return nil, checkSize(what, d.WindowSize)
+		}
+	}
+	if len(b.Diffs) == 0 {
+		if count {
+			return []strategy.Totals{}, nil
+		}
+		return nil, nil
+	}
+
+	// Arguments point into slices of this call, never into b: the exchange
+	// may outlive the call (see call), and b belongs to the caller. Fields
+	// and values go as *string, which go-redis writes without boxing each.
+	n := len(b.Diffs)
+	strs := make([]string, 2*n)
+	fields, values := strs[:n], strs[n:]
+	var offBuf [33]int
+	offs := offBuf[:]
+	if n+1 > len(offBuf) {
+		offs = make([]int, n+1)
+	}
+	buf := make([]byte, 0, 4*n)
+	for i, d := range b.Diffs {
+		fields[i] = d.Key
+		buf = strconv.AppendFloat(buf, d.Value, 'g', -1, 64)
+		offs[i+1] = len(buf)
+	}
+	all := string(buf)
+	for i := range values {
+		values[i] = all[offs[i]:offs[i+1]]
+	}
+
+	gs := s.groups(b.Diffs, count)
+	now := time.Now().UnixMilli()
+	seq := any(seqArg(b.Seq))
+	for _, g := range gs {
+		m := len(g.wins)
+		mode := "0"
+		if count {
+			mode = "2" // distinct keys: push.lua skips its value cache
+			var items []int
+			if len(g.runs) == 1 {
+				items = g.runs[0].idx
+			} else {
+				for _, r := range g.runs {
+					items = append(items, r.idx...)
+				}
+			}
+			if !distinctKeys(fields, items) {
+				mode = "1"
+			}
+		}
+		var prev []int // count mode: hash number of the window before each, a hash of the diffs or added after them
+		if count {
+			prev = make([]int, m)
+			for k, w := range g.wins[:m] {
+				prev[k], _ = g.hash(window{w.size, w.start - w.size})
+			}
+		}
+		s.setKeys(g, b.Node)
+		g.ttls = make([]int64, m)
+		nargs := 6 + m
+		for _, r := range g.runs {
+			nargs += 3 + 2*len(r.idx)
+		}
+		g.args = make([]any, 0, nargs)
+		g.args = append(g.args, seq, s.laneTTL, 0, mode, m, len(g.keys))
+		for k, w := range g.wins[:m] {
+			g.ttls[k] = s.windowTTL(w.start, w.size, now)
+			g.args = append(g.args, &g.ttls[k])
+		}
+		g.n = 0
+		for _, r := range g.runs {
+			if count {
+				g.args = append(g.args, r.h, prev[r.h-1], len(r.idx))
+			} else {
+				g.args = append(g.args, r.h, len(r.idx))
+			}
+			for _, i := range r.idx {
+				g.args = append(g.args, &fields[i], &values[i])
+			}
+			g.n += len(r.idx)
+		}
+		g.args[2] = len(g.args) - 3
+		if count {
+			g.nout = 2 * g.n
+		}
+	}
+
+	op := func() string { return fmt.Sprintf("push batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs)) }
+	err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, pushScript, gs) })
+	if err != nil || !count {
+		return nil, err
+	}
+	totals := make([]strategy.Totals, len(b.Diffs))
+	for _, g := range gs {
+		vals := g.res
+		k := 0
+		for _, r := range g.runs {
+			for _, i := range r.idx {
+				if k+1 >= len(vals) {
+					return nil, fmt.Errorf("redis: %s: shard %s: reply of %d values: want 2 per diff", op(), g.tag, len(vals))
+				}
+				var err error
+				if totals[i].Current, err = parseCount(vals[k]); err == nil {
+					totals[i].Previous, err = parseCount(vals[k+1])
+				}
+				if err != nil {
+					return nil, fmt.Errorf("redis: %s: shard %s: %w", op(), g.tag, err)
+				}
+				k += 2
+			}
+		}
+	}
+	return totals, nil
+}
+
+// mergeMax bounds the checks or diffs of a script that runs several
+// groups (see runScript): a script runs alone in Redis.
+const mergeMax = 256
+
+// invocation is one script call: one group, or on a client of one server several
+// (see runScript).
+type invocation struct {
+	gs   []*group
+	keys []string
+	args []any
+}
+
+// runScript runs sc for the groups, in one round trip, and stores each
+// group's part of the replies in it. Each script call runs one group, or
+// on a client of one server (s.merge: standalone, Sentinel) consecutive
+// groups of up to mergeMax checks or diffs in all: every group is still
+// applied at most once by its own lane record, and the one script saves
+// Redis the fixed cost of a call per group (a batch of 32 decisions on
+// distinct keys falls in about 14 of the 16 default shards). Scripts of
+// several groups use keys of several Cluster slots; a server that refuses
+// them (CROSSSLOT: a proxy of a sharded deployment) turns merging off for
+// the store, and the groups are sent again one per script (nothing of a
+// refused script ran). Calls are pipelined. Calls that get NOSCRIPT are
+// sent again once the scripts are reloaded; every other error fails the
+// call (after all replies are read: each call's result is checked, not
+// only the first).
+func (s *Store) runScript(ctx context.Context, sc *script, gs []*group) error {
+	pending := s.invocations(gs, s.merge.Load())
+	for attempt := 0; ; attempt++ {
+		cmds := make([]*goredis.Cmd, len(pending))
+		if len(pending) == 1 {
+			cmds[0] = s.c.EvalSha(ctx, sc.sha, pending[0].keys, pending[0].args...)
+		} else {
+			pipe := s.c.Pipeline()
+			for i, v := range pending {
+				cmds[i] = pipe.EvalSha(ctx, sc.sha, v.keys, v.args...)
+			}
+			_, _ = pipe.Exec(ctx) // errors are read per command below
+		}
+		var (
+			retry  []*invocation
+			failed int
+			first  error
+			reload bool
+		)
+		for i, cmd := range cmds {
+			v := pending[i]
+			err := cmd.Err()
+			switch {
+			case err == nil:
+				res, _ := cmd.Val().([]any)
+				for _, g := range v.gs {
+					n := min(g.nout, len(res))
+					g.res, res = res[:n:n], res[n:]
+				}
+			case isNoScript(err) && attempt == 0:
+				retry, reload = append(retry, v), true
+			case len(v.gs) > 1 && goredis.HasErrorPrefix(err, "CROSSSLOT") && attempt == 0:
+				s.merge.Store(false)
+				retry = append(retry, s.invocations(v.gs, false)...)
+			default:
+				failed++
+				if first == nil {
+					first = fmt.Errorf("shard %s: %w", v.name(), err)
+				}
+			}
+		}
+		if first != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if len(pending) > 1 {
+				return fmt.Errorf("%d of %d script calls failed, first: %w", failed, len(pending), first)
+			}
+			return first
+		}
+		if len(retry) == 0 {
+			return nil
+		}
+		if reload {
+			if err := s.loadScripts(ctx); err != nil {
+				return err
+			}
+		}
+		pending = retry
+	}
+}
+
+// invocations returns the script calls that run gs, merging consecutive
+// groups when merge is set.
+func (s *Store) invocations(gs []*group, merge bool) []*invocation {
+	vs := make([]*invocation, 0, len(gs))
+	for k := 0; k < len(gs); {
+		j, n, nkeys, nargs := k+1, gs[k].n, len(gs[k].keys), len(gs[k].args)
+		for merge && j < len(gs) && n+gs[j].n <= mergeMax {
+			n, nkeys, nargs = n+gs[j].n, nkeys+len(gs[j].keys), nargs+len(gs[j].args)-2
+			j++
+		}
+		v := &invocation{gs: gs[k:j:j], keys: gs[k].keys, args: gs[k].args}
+		if j > k+1 {
+			v.keys, v.args = make([]string, 0, nkeys), make([]any, 0, nargs)
+			v.args = append(v.args, gs[k].args[:2]...) // seq, lane TTL: the same in every group
+			for _, g := range v.gs {
+				v.keys = append(v.keys, g.keys...)
+				v.args = append(v.args, g.args[2:]...)
+			}
+		}
+		vs = append(vs, v)
+		k = j
+	}
+	return vs
+}
+
+// name names the shards of v in errors.
+func (v *invocation) name() string {
+	if len(v.gs) == 1 {
+		return v.gs[0].tag
+	}
+	return fmt.Sprintf("%s (and %d more)", v.gs[0].tag, len(v.gs)-1)
+}
+
+// parseCount parses a count as a script or HMGET returns it: a decimal
+// string, "" or nil for none.
+func parseCount(v any) (float64, error) {
+	switch v := v.(type) {
+	case nil:
+		return 0, nil
+	case string:
+		if v == "" {
+			return 0, nil
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil && !errors.Is(err, strconv.ErrRange) { // out of range: ±Inf or 0, as a float64 sum would be
+			return 0, fmt.Errorf("count %q: %w", v, err)
+		}
+		return f, nil
+	case int64:
+		return float64(v), nil
+	}
+	return 0, fmt.Errorf("count of type %T: want a string", v)
+}

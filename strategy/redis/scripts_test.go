@@ -1,0 +1,426 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesync/ratesync/internal/testenv"
+	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/redis"
+)
+
+// The scripts sum the increments of a (hash, field) and write them with
+// one HINCRBYFLOAT only where that is exact; everywhere the totals, the
+// decisions and the stored strings are those of one HINCRBYFLOAT per
+// increment, as sent by the client, one after the other.
+func TestScriptsMatchSequentialIncrements(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
+	ctx := context.Background()
+	scratch := "{" + r.Prefix + "}:sequential"
+	t.Cleanup(func() { c.Del(ctx, scratch) })
+
+	// sequential returns the replies of one HINCRBYFLOAT per value, each sent
+	// as the store sends it, on a field starting from initial ("" for none).
+	sequential := func(t *testing.T, field, initial string, values []float64) []string {
+		t.Helper()
+		if initial != "" {
+			if err := c.HSet(ctx, scratch, field, initial).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var out []string
+		for _, v := range values {
+			got, err := c.Do(ctx, "HINCRBYFLOAT", scratch, field, strconv.FormatFloat(v, 'g', -1, 64)).Text()
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, got)
+		}
+		return out
+	}
+	hash := func(start time.Time, size time.Duration) string {
+		return fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, size.Milliseconds(), start.UnixMilli())
+	}
+	parse := func(t *testing.T, v string) float64 {
+		t.Helper()
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+
+	size := time.Minute
+	start := strategy.WindowStart(base, size)
+	seq := uint64(0)
+	for i, tc := range []struct {
+		name    string
+		initial string // the field's value before the batch
+		values  []float64
+	}{
+		{"ones", "", []float64{1, 1, 1, 1, 1}},
+		{"halves and quarters", "2.5", []float64{0.5, 0.25, 1.5, 0.0625, 3}},
+		{"tenths", "", []float64{0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}},
+		{"thirds after ones", "", []float64{1, 1, 1.0 / 3, 1, 1.0 / 3, 1, 1}},
+		{"ones on a tenth", "0.1", []float64{1, 1, 1}},
+		{"big", "99999999998", []float64{1, 1, 1, 1}},
+		{"past 2^53", "9007199254740990", []float64{1, 1, 1}},
+		{"negative", "", []float64{5, -1, -0.5, -3.5, -1, 2}},
+		{"tiny", "", []float64{1e-300, 1, 1e-300, 2}},
+		{"zero", "", []float64{0, 0, 1, 0}},
+		{"negative zero", "", []float64{math.Copysign(0, -1), 1, math.Copysign(0, -1)}},
+		{"integers on a half", "2.5", []float64{1, 1, 2}},
+		{"integers past 1e6", "", []float64{1e6, 2e6, 1, 1e300, -1e300}},
+		{"past int64", "9223372036854775806", []float64{1, 1, 1}},
+	} {
+		t.Run("push and count/"+tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("p%d", i)
+			want := sequential(t, key, tc.initial, tc.values)
+			if tc.initial != "" {
+				if err := c.HSet(ctx, hash(start, size), key, tc.initial).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var diffs []strategy.Diff
+			for _, v := range tc.values {
+				diffs = append(diffs, diff("ns", key, start, size, v))
+			}
+			seq++
+			got, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: seq, Diffs: diffs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range want {
+				if w := parse(t, want[j]); math.Float64bits(got[j].Current) != math.Float64bits(w) {
+					t.Errorf("diff %d: total %v, want %v (%s) as with one HINCRBYFLOAT per diff", j, got[j].Current, w, want[j])
+				}
+			}
+			if stored := c.HGet(ctx, hash(start, size), key).Val(); stored != want[len(want)-1] {
+				t.Errorf("stored %q, want %q as with one HINCRBYFLOAT per diff", stored, want[len(want)-1])
+			}
+		})
+		if slicesMin(tc.values) < 0 {
+			continue // costs are not negative
+		}
+		t.Run("check and count/"+tc.name, func(t *testing.T) {
+			key := fmt.Sprintf("c%d", i)
+			want := sequential(t, key, tc.initial, tc.values)
+			if tc.initial != "" {
+				if err := c.HSet(ctx, hash(start, size), key, tc.initial).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var checks []strategy.Check
+			for _, v := range tc.values {
+				checks = append(checks, strategy.Check{Namespace: "ns", Key: key, Cost: v, Now: base, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 1e300}}})
+			}
+			seq++
+			got, err := s.CheckAndCount(ctx, "n", seq, checks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j := range want {
+				if w := parse(t, want[j]); !got[j].Allowed || math.Float64bits(got[j].Totals[0].Current) != math.Float64bits(w) {
+					t.Errorf("check %d: %+v, want allowed, current %v (%s) as with one HINCRBYFLOAT per check", j, got[j], w, want[j])
+				}
+			}
+			if stored := c.HGet(ctx, hash(start, size), key).Val(); stored != want[len(want)-1] {
+				t.Errorf("stored %q, want %q as with one HINCRBYFLOAT per check", stored, want[len(want)-1])
+			}
+		})
+	}
+
+	// Distinct keys take the scripts' other path: the same again, one value
+	// per key.
+	for _, mode := range []string{"push and count", "check and count"} {
+		t.Run(mode+"/distinct keys", func(t *testing.T) {
+			var (
+				diffs  []strategy.Diff
+				checks []strategy.Check
+				want   []string
+			)
+			k := 0
+			for _, initial := range []string{"", "2.5", "0.1", "99999999999", "9223372036854775807"} {
+				for _, v := range []float64{1, math.Copysign(0, -1), 1e6, 3, 0.5, 0.1, -2, 1e300} {
+					if mode == "check and count" && v < 0 {
+						continue
+					}
+					k++
+					key := fmt.Sprintf("%s-%d", mode, k)
+					want = append(want, sequential(t, key, initial, []float64{v})[0])
+					if initial != "" {
+						if err := c.HSet(ctx, hash(start, size), key, initial).Err(); err != nil {
+							t.Fatal(err)
+						}
+					}
+					diffs = append(diffs, diff("ns", key, start, size, v))
+					checks = append(checks, strategy.Check{Namespace: "ns", Key: key, Cost: v, Now: base, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: math.MaxFloat64}}})
+				}
+			}
+			seq++
+			var got []float64
+			if mode == "push and count" {
+				totals, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: seq, Diffs: diffs})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, tot := range totals {
+					got = append(got, tot.Current)
+				}
+			} else {
+				res, err := s.CheckAndCount(ctx, "n", seq, checks)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j, r := range res {
+					if !r.Allowed {
+						t.Errorf("check %d (%+v): not allowed", j, checks[j])
+					}
+					got = append(got, r.Totals[0].Current)
+				}
+			}
+			for j, d := range diffs {
+				if w := parse(t, want[j]); math.Float64bits(got[j]) != math.Float64bits(w) && !(got[j] == 0 && w == 0) {
+					t.Errorf("%s + %v: total %v, want %v (%s)", d.Key, d.Value, got[j], w, want[j])
+				}
+				if stored := c.HGet(ctx, hash(start, size), d.Key).Val(); stored != want[j] {
+					t.Errorf("%s + %v: stored %q, want %q", d.Key, d.Value, stored, want[j])
+				}
+			}
+		})
+	}
+
+	// Decisions see the counts Redis holds: three tenths make 0.3 for Redis
+	// (0.30000000000000004 summed in doubles), so a fourth check of cost 0
+	// passes a limit of 0.3.
+	t.Run("limit reached by tenths", func(t *testing.T) {
+		check := func(cost, limit float64) strategy.Check {
+			return strategy.Check{Namespace: "ns", Key: "tenths", Cost: cost, Now: base, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: limit, Fixed: true}}}
+		}
+		seq++
+		got, err := s.CheckAndCount(ctx, "n", seq, []strategy.Check{check(0.1, 1), check(0.1, 1), check(0.1, 1), check(0, 0.3), check(0.1, 0.3)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, want := range []bool{true, true, true, true, false} {
+			if got[j].Allowed != want {
+				t.Errorf("check %d: %+v, want allowed %v", j, got[j], want)
+			}
+		}
+		if v := count(t, s, "ns", "tenths", start, size); v != 0.3 {
+			t.Errorf("count = %v, want 0.3", v)
+		}
+	})
+}
+
+func slicesMin(vs []float64) float64 {
+	m := math.Inf(1)
+	for _, v := range vs {
+		m = min(m, v)
+	}
+	return m
+}
+
+// What the scripts cost Redis: each (hash, field) is read once and written
+// once per batch, whatever the number of decisions on it (twice for
+// PushAndCount: its first diff, then the sum of the others). Counted with
+// INFO commandstats of a private server.
+func TestScriptCallsPerBatch(t *testing.T) {
+	r := testenv.PrivateRedis(t)
+	c := r.Client(t)
+	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
+	ctx := context.Background()
+	size := time.Minute
+	start := strategy.WindowStart(base, size)
+	calls := func(t *testing.T, run func() error) map[string]int {
+		t.Helper()
+		if err := c.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := run(); err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(map[string]int)
+		for _, line := range strings.Split(info, "\n") {
+			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+			if !ok {
+				continue
+			}
+			n, _, _ := strings.Cut(rest, ",")
+			got[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
+		}
+		delete(got, "info")
+		delete(got, "config|resetstat")
+		// Integer increments go with HINCRBY, others with HINCRBYFLOAT.
+		got["increments"] = got["hincrby"] + got["hincrbyfloat"]
+		return got
+	}
+	want := func(t *testing.T, got map[string]int, want map[string]int) {
+		t.Helper()
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("%s: %d calls, want %d (all: %v)", k, got[k], w, got)
+			}
+		}
+	}
+	const n = 32
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+	}
+	checks := func(keys func(i int) string) []strategy.Check {
+		var cs []strategy.Check
+		for i := range n {
+			cs = append(cs, strategy.Check{Namespace: "ns", Key: keys(i), Cost: 1, Now: base, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 1e9}}})
+		}
+		return cs
+	}
+	diffs := func(keys func(i int) string) []strategy.Diff {
+		var ds []strategy.Diff
+		for i := range n {
+			ds = append(ds, diff("ns", keys(i), start, size, 1))
+		}
+		return ds
+	}
+	hot := func(int) string { return "hot" }
+	spread := func(i int) string { return keys[i] }
+
+	t.Run("check, one hot key", func(t *testing.T) {
+		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 1, checks(hot)); return err })
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 2, "increments": 1, "pexpire": 1, "set": 1})
+	})
+	t.Run("check, distinct keys", func(t *testing.T) {
+		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 2, checks(spread)); return err })
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 2 * n, "increments": n, "pexpire": 1, "set": 1})
+	})
+	t.Run("push and count, one hot key", func(t *testing.T) {
+		got := calls(t, func() error {
+			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: 3, Diffs: diffs(hot)})
+			return err
+		})
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 1, "increments": 2, "pexpire": 1, "set": 1})
+	})
+	t.Run("push and count, distinct keys", func(t *testing.T) {
+		got := calls(t, func() error {
+			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: 4, Diffs: diffs(spread)})
+			return err
+		})
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": n, "increments": n, "pexpire": 1, "set": 1})
+	})
+	t.Run("replay reads each field once", func(t *testing.T) {
+		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 1, checks(hot)); return err })
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 2, "increments": 0, "pexpire": 0, "set": 0})
+	})
+}
+
+// A field that holds no number fails the checks that read it, not the
+// others; the batch is recorded, so that a retry counts nothing again.
+// Distinct keys and repeated ones take different paths of check.lua.
+func TestCheckOfAFieldHoldingNoNumber(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
+	ctx := context.Background()
+	size := time.Minute
+	start := strategy.WindowStart(base, size)
+	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "bad", start, size, 1)}})
+	if err := c.HSet(ctx, fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, size.Milliseconds(), start.UnixMilli()), "bad", "not a number").Err(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(key string) strategy.Check {
+		return strategy.Check{Namespace: "ns", Key: key, Cost: 1, Now: base, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 10}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		node   string
+		checks []strategy.Check
+		want   map[string]float64
+	}{
+		{"distinct keys", "n1", []strategy.Check{check("a"), check("bad"), check("b")}, map[string]float64{"a": 1, "b": 1}},
+		{"repeated keys", "n2", []strategy.Check{check("c"), check("bad"), check("c"), check("bad"), check("d")}, map[string]float64{"c": 2, "d": 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for try := range 2 {
+				res, err := s.CheckAndCount(ctx, tc.node, 1, tc.checks)
+				if err == nil || !strings.Contains(err.Error(), "holds no number") {
+					t.Fatalf("try %d: CheckAndCount = %+v, %v; want the field holding no number reported", try, res, err)
+				}
+			}
+			for k, want := range tc.want {
+				if got := count(t, s, "ns", k, start, size); got != want {
+					t.Errorf("%s = %v, want %v", k, got, want)
+				}
+			}
+		})
+	}
+}
+
+// Calls end with their context on a paused server, whether the client
+// watches contexts (the call then runs on the caller's goroutine) or not (a
+// helper goroutine runs it).
+func TestCallsEndWithTheirContextBothWays(t *testing.T) {
+	for _, watch := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ContextTimeoutEnabled=%v", watch), func(t *testing.T) {
+			t.Parallel()
+			r := testenv.PrivateRedis(t)
+			opt, err := goredis.ParseURL(r.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opt.ContextTimeoutEnabled = watch
+			c := goredis.NewClient(opt)
+			t.Cleanup(func() { _ = c.Close() })
+			s := storeOn(t, c, r.Prefix, redis.Config{Timeout: 300 * time.Millisecond})
+			start := strategy.WindowStart(base, time.Minute)
+			b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}}
+			if err := c.Ping(context.Background()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			r.Pause(t)
+			t.Cleanup(func() { r.Resume(t) })
+
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			t0 := time.Now()
+			_, err = s.PushAndCount(ctx, b)
+			if err != context.DeadlineExceeded || time.Since(t0) > 2*time.Second {
+				t.Fatalf("PushAndCount on a paused server = %v after %v, want context.DeadlineExceeded unchanged, promptly", err, time.Since(t0))
+			}
+			t0 = time.Now()
+			_, err = s.CheckAndCount(context.Background(), "m", 1, []strategy.Check{{Namespace: "ns", Key: "other", Cost: 1, Now: base, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}}})
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "Config.Timeout 300ms") || time.Since(t0) > 2*time.Second {
+				t.Fatalf("CheckAndCount without a deadline = %v after %v, want the Timeout's deadline error", err, time.Since(t0))
+			}
+			if watch {
+				// Canceled, not expired: the client notices between
+				// commands, and the reply it awaits ends at Config.Timeout.
+				ctx, cancel := context.WithCancel(context.Background())
+				time.AfterFunc(50*time.Millisecond, cancel)
+				t0 = time.Now()
+				if _, err := s.GetWindow(ctx, "ns", "k", start, time.Minute); err == nil || time.Since(t0) > 2*time.Second {
+					t.Fatalf("GetWindow canceled on a paused server = %v after %v, want an error within Config.Timeout", err, time.Since(t0))
+				}
+			}
+
+			r.Resume(t)
+			mustPush(t, s, b) // the syncer's retry: whether the abandoned push landed or not, counted once
+			if got := count(t, s, "ns", "k", start, time.Minute); got != 1 {
+				t.Fatalf("count = %v after the retry, want 1", got)
+			}
+		})
+	}
+}

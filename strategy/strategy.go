@@ -1,0 +1,176 @@
+// Package strategy is the contract between a node's syncer and a central
+// store of counters, Kong's strategy interface in Go: push diffs, get
+// counters, get a window, purge. It holds the interface, its value types and
+// the optional interfaces a store may add; the stores themselves live in
+// strategy/memory, strategy/redis and strategy/postgres.
+//
+// Counting model. A counter is identified by (namespace, key, window start,
+// window size). Window starts are aligned to the Unix epoch
+// (start = floor(t / size) * size) and both are whole milliseconds. Counts
+// are float64: hits may be fractional, and negative diffs refund.
+//
+// Keys are opaque bytes: every strategy stores and returns any Go string
+// byte-exact, including '|', NUL and invalid UTF-8.
+package strategy
+
+import (
+	"context"
+	"iter"
+	"time"
+)
+
+// Diff is an amount to add to one counter.
+type Diff struct {
+	Namespace   string
+	Key         string
+	WindowStart time.Time
+	WindowSize  time.Duration
+	Value       float64
+}
+
+// Batch is one push. A strategy applies a given (Node, Seq) at most once.
+//
+// Node names the sender's push lane; Seq numbers its batches. The syncer
+// sends one batch at a time per Node, in increasing Seq order, and retries a
+// batch whose push failed with the same Node and Seq, unchanged but for late
+// diffs it drops, before it sends any newer one. At most once per
+// (Node, Seq) therefore means: a strategy records the highest Seq it applied
+// for each Node in the same atomic step as the batch's diffs, and applies
+// nothing of a batch whose Seq is not above that record (it returns nil: the
+// batch is already counted). A retry after a timeout whose first try landed
+// counts nothing twice; a batch that never landed is applied by its retry.
+type Batch struct {
+	Node  string
+	Seq   uint64
+	Diffs []Diff
+}
+
+// Counter is one counter's total as held by the store.
+type Counter struct {
+	Key         string
+	WindowStart time.Time
+	WindowSize  time.Duration
+	Count       float64
+}
+
+// Query selects counters for GetCounters.
+type Query struct {
+	Namespace   string
+	WindowSizes []time.Duration
+	Now         time.Time // current and previous windows of each size, as of Now
+	Keys        []string  // nil: every key of the namespace
+}
+
+// Strategy is a central store of counters shared by the nodes of a cluster.
+//
+// Implementations are safe for concurrent use. Every method may block on
+// I/O and must return promptly once ctx is done, with ctx.Err() or an error
+// wrapping it. Slices passed in (Batch.Diffs, Query.WindowSizes, Query.Keys)
+// belong to the caller and are only read during the call.
+type Strategy interface {
+	// PushDiffs adds each diff of b to its counter, as one atomic step
+	// together with the record of (b.Node, b.Seq): see Batch. Diffs may name
+	// the same counter more than once. Called by the syncer, one call at a
+	// time per b.Node.
+	PushDiffs(ctx context.Context, b Batch) error
+
+	// GetCounters yields the counters of q.Namespace in the current and the
+	// previous window of each size in q.WindowSizes as of q.Now, restricted
+	// to q.Keys when it is not nil. Counters the store does not hold are not
+	// yielded (their count is zero). An error ends the sequence: it is
+	// yielded with a zero Counter. Called by the syncer after each push, and
+	// by Instance.Fetch.
+	GetCounters(ctx context.Context, q Query) iter.Seq2[Counter, error]
+
+	// GetWindow returns one counter's count, 0 when the store does not hold
+	// it. Called on demand (the node's HTTP API, tests, tools).
+	GetWindow(ctx context.Context, namespace, key string, windowStart time.Time, windowSize time.Duration) (float64, error)
+
+	// Purge removes what the namespace no longer needs as of now: at least
+	// the windows of windowSizes older than the previous window may go, and
+	// records of push lanes unused for long. Called by the syncer now and
+	// then (about hourly, jittered); stores that expire data by themselves
+	// may do little.
+	Purge(ctx context.Context, namespace string, windowSizes []time.Duration, now time.Time) error
+}
+
+// Totals is a key's count in the window a diff went to and in the window
+// just before it (same key, same size).
+type Totals struct {
+	Current  float64
+	Previous float64
+}
+
+// PushCounter is implemented by strategies that can apply a batch and read
+// the totals it produced in the same step. The syncer uses it in synchronous
+// mode (SyncRate 0): one round trip per batch of hits instead of a push and
+// a read.
+type PushCounter interface {
+	// PushAndCount applies b exactly as PushDiffs does and returns, for each
+	// diff of b in order, the totals of its key right after that diff was
+	// applied, so that each caller learns the count as of its own hit. When
+	// (b.Node, b.Seq) was already applied, it applies nothing and returns the
+	// current totals.
+	PushAndCount(ctx context.Context, b Batch) ([]Totals, error)
+}
+
+// WindowStart returns the start of the window of the given size that holds
+// t: t floored to a multiple of size since the Unix epoch, in milliseconds.
+func WindowStart(t time.Time, size time.Duration) time.Time {
+	ms, s := t.UnixMilli(), size.Milliseconds()
+	q := ms / s
+	if ms%s != 0 && ms < 0 {
+		q--
+	}
+	return time.UnixMilli(q * s)
+}
+
+// CheckLimit is one limit of a Check.
+type CheckLimit struct {
+	WindowSize time.Duration
+	Limit      float64 // hits allowed per window; > 0
+	Fixed      bool    // fixed window: the previous window does not count
+}
+
+// Check is one request decided and counted in the store in one atomic step
+// (synchronous mode): it passes when, for every limit,
+//
+//	current + previous * weight + Cost <= Limit
+//
+// with the windows and the weight (size - (Now mod size)) / size taken at
+// Now, the node's clock (0 for fixed windows). When it passes, Cost is added
+// once to the current window of each distinct size of Limits; when it does
+// not, nothing is counted.
+type Check struct {
+	Namespace string
+	Key       string
+	Cost      float64 // >= 0
+	Now       time.Time
+	Limits    []CheckLimit
+}
+
+// CheckResult is the outcome of one Check.
+type CheckResult struct {
+	Allowed bool
+	Totals  []Totals // per limit, in order: the counts right after the decision
+}
+
+// Checker is implemented by strategies that can decide and count requests
+// in one atomic step, so that N nodes in synchronous mode never admit more
+// than a limit between them. The syncer uses it for Allow in synchronous
+// namespaces.
+type Checker interface {
+	// CheckAndCount decides and counts each check, in order for each key,
+	// as one batch applied at most once per (node, seq) like PushDiffs.
+	// When (node, seq) was already applied it counts nothing again and
+	// returns Allowed false with the current totals. Concurrent calls never
+	// let the checks of one key see a count that another call is changing.
+	CheckAndCount(ctx context.Context, node string, seq uint64, checks []Check) ([]CheckResult, error)
+}
+
+// Weight returns the share of the previous window of size still inside the
+// sliding window at now: (size - now mod size) / size, in milliseconds.
+func Weight(now time.Time, size time.Duration) float64 {
+	ms, s := now.UnixMilli(), size.Milliseconds()
+	return float64(s-(ms-WindowStart(now, size).UnixMilli())) / float64(s)
+}

@@ -1,0 +1,128 @@
+package syncer_test
+
+import (
+	"context"
+	"iter"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/internal/strategytest"
+	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/memory"
+	"github.com/ratesync/ratesync/syncer"
+)
+
+var t0 = time.Date(2030, 1, 1, 0, 30, 0, 0, time.UTC)
+
+func newSyncer(t *testing.T, rate time.Duration, st strategy.Strategy, hitTimeout time.Duration) (*syncer.Syncer, *shm.Series) {
+	t.Helper()
+	d, err := shm.NewDict("d", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr := d.Series("ns", time.Hour)
+	var seq atomic.Uint64
+	s := syncer.New(syncer.Config{
+		Namespace: "ns", Node: "ns|n1", Rate: rate, Strategy: st, Series: []*shm.Series{sr},
+		Now: func() int64 { return t0.UnixMilli() }, Seq: &seq, HitTimeout: hitTimeout,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	s.Start()
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return s, sr
+}
+
+// A public Sync that fails while synchronous hits flow leaves a batch in
+// flight; the next hit batch pushes it first, in order, and nothing is lost
+// or counted twice.
+func TestFailedSyncDuringSynchronousHits(t *testing.T) {
+	store := strategytest.NewFaulty(memory.New())
+	s, sr := newSyncer(t, 0, store, 0)
+	w := sr.Current(t0.UnixMilli())
+	ctx := context.Background()
+	var hits atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for !stop.Load() {
+				if _, err := s.Hit(ctx, w, "k", 1); err == nil {
+					hits.Add(1)
+				}
+			}
+		})
+	}
+	added := 0.0
+	for range 40 {
+		w.Add("d", 1, t0.UnixMilli()) // a diff counted on the node
+		added++
+		store.FailPushes(1)
+		_ = s.Sync(ctx)
+		time.Sleep(200 * time.Microsecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(sr.StartOf(t0.UnixMilli()))
+	k, _ := store.GetWindow(ctx, "ns", "k", start, time.Hour)
+	d, _ := store.GetWindow(ctx, "ns", "d", start, time.Hour)
+	if k != float64(hits.Load()) || d != added {
+		t.Fatalf("store k=%v d=%v, want %d and %v", k, d, hits.Load(), added)
+	}
+}
+
+// slowFetch answers GetCounters after 300ms: a node holding many keys.
+type slowFetch struct {
+	*strategytest.Faulty
+}
+
+func (s slowFetch) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[strategy.Counter, error] {
+	return func(yield func(strategy.Counter, error) bool) {
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-ctx.Done():
+			yield(strategy.Counter{}, ctx.Err())
+			return
+		}
+		for c, err := range s.Faulty.GetCounters(ctx, q) {
+			if !yield(c, err) {
+				return
+			}
+		}
+	}
+}
+
+// A synchronous namespace recovers from a store failure with a push alone:
+// a fetch slower than HitTimeout must not keep it deciding locally.
+func TestSynchronousRecoversWhenFetchIsSlow(t *testing.T) {
+	store := slowFetch{strategytest.NewFaulty(memory.New())}
+	s, sr := newSyncer(t, 0, store, 200*time.Millisecond)
+	w := sr.Current(t0.UnixMilli())
+	ctx := context.Background()
+	if _, err := s.Hit(ctx, w, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	store.FailPushes(1)
+	_, _ = s.Hit(ctx, w, "k", 1) // fails: the store is marked down
+	deadline := time.Now().Add(10 * time.Second)
+	for !s.Stats().StoreUp || s.Stats().InFlight > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("still down after 10s of a healthy store: %+v", s.Stats())
+		}
+		_, _ = s.Hit(ctx, w, "k", 1)
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := s.Stats().LocalHits
+	if _, err := s.Hit(ctx, w, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	if s.Stats().LocalHits != before {
+		t.Fatal("a hit was counted locally with the store up")
+	}
+}
