@@ -5,14 +5,17 @@
 // grouped by Series (one namespace and one window size) and by Window (one
 // window start of that series); each Window keeps its counters in an xsync
 // MapOf keyed by the caller's key. A Counter holds two float64 values changed
-// with atomic compare-and-swap on their bits and never under a lock:
+// with atomic compare-and-swap on their bits:
 //
 //   - diff: hits taken on this node and not yet handed to the syncer;
 //   - sync: the cluster total as last read from the store, plus what the
 //     syncer took from diff and has not yet seen in a store read.
 //
-// The value of a counter on this node is sync + diff. An increment of an
-// existing counter allocates nothing and takes no lock. The first increment
+// The value of a counter on this node is sync + diff, and every value read
+// is one the counter held at one instant. An increment of an existing
+// counter allocates nothing and takes no lock: it only waits, for two
+// atomic operations, when it meets the syncer moving that very counter's
+// diff into sync. The first increment
 // that makes a zero diff non-zero lists the counter in its series' dirty
 // list, so the syncer finds the counters it has to push without scanning the
 // dict.
