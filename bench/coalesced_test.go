@@ -44,8 +44,14 @@ const hitTimeout = 30 * time.Second
 // one core, all Redis has), and the client's connection pool (PostgreSQL: pgxpool's default
 // max(4, GOMAXPROCS), and 64 so that the baseline is not starved; Redis:
 // go-redis's default 10 per GOMAXPROCS, and 64).
+//
+// A third backend, redis-shards=1, is the same Redis with redis.Config.Shards
+// 1 (default 16), on 1,000 keys only: a batch of 32 decisions then makes one
+// shard group instead of about 14, each with its own lane record, TTL and
+// keys to send (see BENCHMARKS.md for what fewer shards cost elsewhere).
 func BenchmarkSynchronousCoalesced(b *testing.B) {
-	for _, o := range backends {
+	oneShard := opener{"redis-shards=1", func(tb testing.TB, pool int) *backend { return openRedisShards(tb, pool, 1) }}
+	for _, o := range append(slices.Clone(backends), oneShard) {
 		for _, pool := range []int{0, workers} {
 			name := "pool=default"
 			if pool > 0 {
@@ -56,6 +62,9 @@ func BenchmarkSynchronousCoalesced(b *testing.B) {
 				b.Logf("%s: pool of %d connections, %d goroutines, GOMAXPROCS %d", be.name, be.pool, workers, procs())
 				for _, op := range []string{"increment", "allow"} {
 					for _, keys := range []int{1, 1000} {
+						if o.name == oneShard.name && keys == 1 {
+							continue // one key is one shard group with any Shards
+						}
 						b.Run(fmt.Sprintf("%s/keys=%d", op, keys), func(b *testing.B) { benchCoalesced(b, be, op, keys) })
 					}
 				}

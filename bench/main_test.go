@@ -72,6 +72,13 @@ var backends = []opener{{"redis", openRedis}, {"postgres", openPostgres}}
 // per GOMAXPROCS).
 func openRedis(tb testing.TB, pool int) *backend {
 	tb.Helper()
+	return openRedisShards(tb, pool, 0)
+}
+
+// openRedisShards is openRedis with redis.Config.Shards set to shards (0:
+// the default).
+func openRedisShards(tb testing.TB, pool, shards int) *backend {
+	tb.Helper()
 	r := testenv.NewRedis(tb)
 	opt, err := goredis.ParseURL(r.URL)
 	if err != nil {
@@ -87,7 +94,7 @@ func openRedis(tb testing.TB, pool int) *backend {
 	}
 	h := &redisTrips{}
 	c.AddHook(h)
-	s, err := redis.New(c, redis.Config{Prefix: r.Prefix})
+	s, err := redis.New(c, redis.Config{Prefix: r.Prefix, Shards: shards})
 	if err != nil {
 		tb.Fatal(err)
 	}

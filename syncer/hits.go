@@ -289,6 +289,7 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	if extra := s.takeBatch(s.pushing()); extra != nil {
 		diffs = extra.Diffs
 	}
+	diffs = slices.Grow(diffs, len(batch))
 	first := len(diffs)
 	for _, r := range batch {
 		sr := r.w.Series()

@@ -123,6 +123,7 @@ type Syncer struct {
 	retired    []*shm.Series         // series Reconfigure dropped, pushed until empty
 	inflight   []*strategy.Batch     // pushed and not acknowledged, oldest first
 	inflightN  map[counterID]float64 // in-flight amounts per counter
+	inflightM  int                   // most entries inflightN held since made
 	down       bool
 	retryAt    time.Time
 	backoff    time.Duration
@@ -466,12 +467,17 @@ func (s *Syncer) addInflight(b *strategy.Batch) {
 	s.nInflight.Add(1)
 	s.nDiffs.Add(int64(len(b.Diffs)))
 	if s.inflightN == nil {
-		s.inflightN = make(map[counterID]float64, len(b.Diffs))
+		s.inflightN, s.inflightM = make(map[counterID]float64, len(b.Diffs)), 0
 	}
 	for _, d := range b.Diffs {
 		s.inflightN[counterID{d.WindowSize.Milliseconds(), d.WindowStart.UnixMilli(), d.Key}] += d.Value
 	}
+	s.inflightM = max(s.inflightM, len(s.inflightN))
 }
+
+// keepInflightN: inflightN is kept for the next batches, emptied, when it
+// never held more entries than this.
+const keepInflightN = 4096
 
 // ack forgets b, a batch in flight: the store has it.
 func (s *Syncer) ack(b *strategy.Batch) {
@@ -483,7 +489,12 @@ func (s *Syncer) ack(b *strategy.Batch) {
 	s.nDiffs.Add(-int64(len(b.Diffs)))
 	s.inflight = slices.Delete(s.inflight, i, i+1)
 	if len(s.inflight) == 0 {
-		s.inflight, s.inflightN = nil, nil
+		s.inflight = nil
+		if s.inflightM <= keepInflightN {
+			clear(s.inflightN) // synchronous mode: one small batch per call, the map is reused
+		} else {
+			s.inflightN = nil // a map never shrinks: let a big one go
+		}
 		s.setPinned(false)
 		return
 	}
