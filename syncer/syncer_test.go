@@ -2,6 +2,7 @@ package syncer_test
 
 import (
 	"context"
+	"fmt"
 	"iter"
 	"log/slog"
 	"sync"
@@ -124,5 +125,62 @@ func TestSynchronousRecoversWhenFetchIsSlow(t *testing.T) {
 	}
 	if s.Stats().LocalHits != before {
 		t.Fatal("a hit was counted locally with the store up")
+	}
+}
+
+// The in-flight amounts of acknowledged batches never leak into later
+// totals: after synchronous hits (whose in-flight map is emptied and kept)
+// and after a failed then retried push of 5,000 diffs (whose map is let
+// go), a Sync sets every counter to the store's count exactly, another
+// node's pushes included.
+func TestInflightAmountsEndWithTheirBatch(t *testing.T) {
+	store := strategytest.NewFaulty(memory.New())
+	s, sr := newSyncer(t, 0, store, 0)
+	now := t0.UnixMilli()
+	w := sr.Current(now)
+	ctx := context.Background()
+	start := time.UnixMilli(sr.StartOf(now))
+	key := func(i int) string { return fmt.Sprintf("k%d", i) }
+
+	for round := range 3 {
+		for i := range 10 {
+			if _, err := s.Hit(ctx, w, key(i), 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round == 1 {
+			for i := range 5000 {
+				w.Add(key(i), 1, now) // counted on the node, pushed by Sync
+			}
+			store.FailPushes(1)
+			if err := s.Sync(ctx); err == nil {
+				t.Fatal("Sync with a failing push returned nil")
+			}
+			if st := s.Stats(); st.InFlightDiffs != 5000 {
+				t.Fatalf("after the failed push: %d diffs in flight, want 5000", st.InFlightDiffs)
+			}
+		}
+	}
+	var diffs []strategy.Diff
+	for i := range 10 {
+		diffs = append(diffs, strategy.Diff{Namespace: "ns", Key: key(i), WindowStart: start, WindowSize: time.Hour, Value: 100})
+	}
+	if err := store.PushDiffs(ctx, strategy.Batch{Node: "ns|other", Seq: 1, Diffs: diffs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.InFlight != 0 {
+		t.Fatalf("%d batches still in flight after a good Sync", st.InFlight)
+	}
+	for i := range 5000 {
+		want, err := store.GetWindow(ctx, "ns", key(i), start, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := w.Value(key(i)); got != want {
+			t.Fatalf("%s: node view %v, store %v", key(i), got, want)
+		}
 	}
 }
