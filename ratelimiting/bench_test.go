@@ -26,16 +26,17 @@ import (
 //
 // They use the default coarse clock, as production does.
 
-// measure returns the ns per call of op run by procs goroutines (each with
-// its own index stream), timed over at least 100ms (BenchmarkIncrementScaling).
-func measure(procs int, op func(i int)) float64 {
+// measure returns the ns per call of op run by procs goroutines, timed
+// over at least 100ms (BenchmarkIncrementScaling). Goroutine p makes the
+// calls op(p, i) for i = 0, 1, ...
+func measure(procs int, op func(p, i int)) float64 {
 	for n := 1 << 12; ; n *= 4 {
 		var wg sync.WaitGroup
 		start := time.Now()
 		for p := range procs {
 			wg.Go(func() {
-				for i := p * n; i < (p+1)*n; i++ {
-					op(i)
+				for i := range n {
+					op(p, i)
 				}
 			})
 		}
@@ -57,6 +58,13 @@ func init() {
 	for _, k := range floorKeys {
 		floorMap.Store(k, new(atomic.Int64))
 	}
+}
+
+// aluSink keeps BenchmarkIncrementScaling's ALU baseline from being
+// optimized away: one cache line per goroutine.
+var aluSink [2]struct {
+	v uint64
+	_ [56]byte
 }
 
 func floorOp(i int) {
@@ -200,16 +208,29 @@ func BenchmarkAllow3Limits(b *testing.B) {
 	interleaved(b, false, func(int) { in.Allow(ctx, "ns", "user:000000000000042", 1, limits...) })
 }
 
-// IncrementScaling runs the increment over 1,000 keys, and over one hot
-// key, with GOMAXPROCS 1 and 2 (as many goroutines), and reports the
-// throughput speedup from 1 to 2, beside the floor's speedup on as many
-// keys measured the same way in the same run (the machine's share: on a
-// shared VM the second core is not always there).
+// IncrementScaling runs the increment with GOMAXPROCS 1 and 2 (as many
+// goroutines) and reports the throughput speedup from 1 to 2, beside two
+// baselines measured the same way in the same run: the floor's speedup
+// (MapOf.Load and an atomic add, on keys of its own chosen as the
+// increment's) and the ALU's (arithmetic on registers, nothing in memory
+// shared: whether the machine gave two cores at all). Cases:
+//
+//	1000-keys         each goroutine increments keys of its own: with 2,
+//	                  each has a block of 500 of the 1,000 (distinct keys
+//	                  per core);
+//	1000-keys-shared  every goroutine increments all 1,000 keys, so each
+//	                  counter's cache line moves between the cores;
+//	one-key           every goroutine increments one hot key.
+//
+// The speedup of the first is the hot path's own: nothing the cores share
+// is written. The other two show what contention costs; their floors pay
+// the same.
 func BenchmarkIncrementScaling(b *testing.B) {
 	for _, c := range []struct {
-		name string
-		keys int
-	}{{"1000-keys", 1000}, {"one-key", 1}} {
+		name   string
+		keys   int
+		shared bool
+	}{{"1000-keys", 1000, false}, {"1000-keys-shared", 1000, true}, {"one-key", 1, true}} {
 		b.Run(c.name, func(b *testing.B) {
 			in := benchInstance(b, local("ns", time.Minute))
 			ctx := context.Background()
@@ -217,32 +238,53 @@ func BenchmarkIncrementScaling(b *testing.B) {
 			for _, k := range keys {
 				in.Increment(ctx, "ns", k, time.Minute, 1)
 			}
-			increment := func(i int) {
-				in.Increment(ctx, "ns", keys[(i*7919)%len(keys)], time.Minute, 1)
+			// index returns the key of goroutine p's i-th call among
+			// procs, in a scattered order: any of the keys when they are
+			// shared, else one of the p-th block of keys/procs (keys made
+			// one after another: a block's counters share no cache line
+			// with another block's but at its ends).
+			index := func(procs, p, i int) int {
+				if c.shared {
+					return (i*7919 + p*c.keys/2) % c.keys
+				}
+				per := c.keys / procs
+				return p*per + (i*7919)%per
 			}
-			// The floor (a MapOf.Load and an atomic add) on as many keys
-			// of its own: how far the machine lets such work scale now.
-			floor := func(i int) {
-				ctr, _ := floorMap.Load(floorKeys[(i*7919)%c.keys])
+			var procs int
+			increment := func(p, i int) {
+				in.Increment(ctx, "ns", keys[index(procs, p, i)], time.Minute, 1)
+			}
+			floor := func(p, i int) {
+				ctr, _ := floorMap.Load(floorKeys[index(procs, p, i)])
 				ctr.Add(1)
 			}
-			run := func(procs int, op func(int)) float64 {
-				prev := runtime.GOMAXPROCS(procs)
+			alu := func(p, i int) {
+				x := uint64(i)
+				for range 32 {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+				aluSink[p].v += x
+			}
+			run := func(n int, op func(p, i int)) float64 {
+				prev := runtime.GOMAXPROCS(n)
 				defer runtime.GOMAXPROCS(prev)
-				return measure(procs, op)
+				procs = n
+				return measure(n, op)
 			}
 			// Alternate the settings and keep each one's median, so that a
 			// load on the machine weighs on all alike.
-			var ones, twos, fones, ftwos []float64
+			var ones, twos, fones, ftwos, aones, atwos []float64
 			for b.Loop() {
 				for range 5 {
 					ones, twos = append(ones, run(1, increment)), append(twos, run(2, increment))
 					fones, ftwos = append(fones, run(1, floor)), append(ftwos, run(2, floor))
+					aones, atwos = append(aones, run(1, alu)), append(atwos, run(2, alu))
 				}
 			}
 			median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
 			one, two := median(ones), median(twos)
 			fone, ftwo := median(fones), median(ftwos)
+			b.ReportMetric(median(aones)/median(atwos), "alu-speedup")
 			b.ReportMetric(one, "ns/op-1cpu")
 			b.ReportMetric(two, "ns/op-2cpu")
 			b.ReportMetric(one/two, "speedup")
