@@ -39,9 +39,10 @@ type Config struct {
 	// shards mean fewer commands per push (one script per shard a batch
 	// touches), fewer hashes per whole-namespace read and fewer lane records.
 	// A coalesced synchronous call over many keys touches most shards, and
-	// each costs a lane record and a TTL: a synchronous namespace on one
-	// server goes faster with 1 (a prefix of its own keeps that layout apart).
-	// A periodic push of many keys is then one long script.
+	// each costs a lane record and a TTL; with 1 it touches one (a prefix of
+	// its own keeps that layout apart), which was faster in some measured
+	// runs and not in others (BENCHMARKS.md). A periodic push of many keys
+	// is then one long script.
 	// Every node must use the same value: changing it moves keys to other
 	// hashes, so counts of running windows are lost to readers.
 	Shards int
