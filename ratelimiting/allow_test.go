@@ -2,6 +2,7 @@ package ratelimiting_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,24 +29,12 @@ func TestAllowCountsOnlyWhatPasses(t *testing.T) {
 	for range 5 {
 		got = append(got, allow(t, in, "ns", "k", 1, lim).Allowed)
 	}
-	if want := []bool{true, true, true, false, false}; !equalBools(got, want) {
+	if want := []bool{true, true, true, false, false}; !slices.Equal(got, want) {
 		t.Fatalf("decisions %v, want %v", got, want)
 	}
 	if w := slide(t, in, "ns", "k", time.Second); w.Current != 3 {
 		t.Fatalf("counted %v, want 3 (denied requests are not counted)", w.Current)
 	}
-}
-
-func equalBools(a, b []bool) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestFixedAgainstSliding(t *testing.T) {
@@ -77,7 +66,7 @@ func TestFixedAgainstSliding(t *testing.T) {
 	}
 	// rate = 2.5 + 10 (60 - x)/60 + 1 <= 10 from x = 21 s: 6 s after 15 s.
 	if d.RetryAfter != 6*time.Second || d.Limits[1].RetryAfter != d.RetryAfter || d.Limits[0].RetryAfter != 0 {
-		t.Fatalf("retry after %v (limits %v, %v), want 34.5s from the sliding limit", d.RetryAfter, d.Limits[0].RetryAfter, d.Limits[1].RetryAfter)
+		t.Fatalf("retry after %v (fixed %v, sliding %v), want 6s (fixed 0, sliding 6s)", d.RetryAfter, d.Limits[0].RetryAfter, d.Limits[1].RetryAfter)
 	}
 	if d.Limits[1].Reset != 105*time.Second {
 		t.Fatalf("sliding reset %v, want 1m45s (end of the next window)", d.Limits[1].Reset)
@@ -173,7 +162,7 @@ func TestPenaltyCountsLikeKong(t *testing.T) {
 		}
 		got = append(got, d.Allowed)
 	}
-	if want := []bool{true, true, false, false}; !equalBools(got, want) {
+	if want := []bool{true, true, false, false}; !slices.Equal(got, want) {
 		t.Fatalf("decisions %v, want %v", got, want)
 	}
 	// By ascending limit: per minute (2) first, counted and denying; the

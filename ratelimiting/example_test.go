@@ -10,6 +10,84 @@ import (
 	"github.com/ratesync/ratesync/strategy/memory"
 )
 
+// The program of README.md's "The library", with a fixed clock so that its
+// output is the same on every run: a local-only namespace, Kong's increment,
+// and a decision against two limits.
+func ExampleNewInstance() {
+	now := time.Date(2030, 1, 1, 12, 0, 30, 0, time.UTC) // 30 s into a minute
+	in := ratelimiting.NewInstance("my-service", ratelimiting.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	defer in.Close(ctx) // final sync of every namespace
+
+	err := in.New(namespace.Config{
+		Name:        "api",
+		SyncRate:    namespace.LocalOnly,
+		WindowSizes: []time.Duration{time.Second, time.Minute},
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	w, _ := in.Increment(ctx, "api", "user:42", time.Minute, 1)
+	fmt.Println(w.Rate())
+
+	d, _ := in.Allow(ctx, "api", "user:42", 1,
+		ratelimiting.Limit{Limit: 10, Window: time.Second, Fixed: true},
+		ratelimiting.Limit{Limit: 100, Window: time.Minute},
+	)
+	fmt.Println(d.Allowed, d.RetryAfter, d.Limits[0].Remaining, d.Limits[1].Remaining)
+	// Output:
+	// 1
+	// true 0s 9 98
+}
+
+// Increment adds to the current window and returns it; a negative value
+// refunds.
+func ExampleInstance_Increment() {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	in := ratelimiting.NewInstance("example", ratelimiting.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	defer in.Close(ctx)
+	if err := in.New(namespace.Config{Name: "api", SyncRate: namespace.LocalOnly, WindowSizes: []time.Duration{time.Minute}}); err != nil {
+		panic(err)
+	}
+
+	w, _ := in.Increment(ctx, "api", "user:42", time.Minute, 2.5)
+	fmt.Println(w.Start.Format(time.TimeOnly), w.Size, w.Current)
+	w, _ = in.Increment(ctx, "api", "user:42", time.Minute, -1) // refund
+	fmt.Println(w.Current)
+	// Output:
+	// 12:00:00 1m0s 2.5
+	// 1.5
+}
+
+// SlidingWindow reads a key without counting: the previous window's hits
+// weigh less as the current window goes on.
+func ExampleInstance_SlidingWindow() {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	in := ratelimiting.NewInstance("example", ratelimiting.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	defer in.Close(ctx)
+	if err := in.New(namespace.Config{Name: "api", SyncRate: namespace.LocalOnly, WindowSizes: []time.Duration{time.Minute}}); err != nil {
+		panic(err)
+	}
+	in.Increment(ctx, "api", "user:42", time.Minute, 40)
+
+	for _, at := range []time.Duration{time.Minute, 75 * time.Second, 90 * time.Second, 2 * time.Minute} {
+		now = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC).Add(at)
+		w, _ := in.SlidingWindow(ctx, "api", "user:42", time.Minute)
+		fmt.Printf("%v: previous %v, weight %v, rate %v\n", now.Format(time.TimeOnly), w.Previous, w.Weight, w.Rate())
+	}
+	w, _ := in.SlidingWindow(ctx, "api", "user:7", time.Minute) // never counted
+	fmt.Println("user:7:", w.Rate())
+	// Output:
+	// 12:01:00: previous 40, weight 1, rate 40
+	// 12:01:15: previous 40, weight 0.75, rate 30
+	// 12:01:30: previous 40, weight 0.5, rate 20
+	// 12:02:00: previous 0, weight 1, rate 0
+	// user:7: 0
+}
+
 // A local-only namespace: Kong's increment and sliding_window on one node.
 func Example_localOnly() {
 	clock := time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC) // 30 s into a minute

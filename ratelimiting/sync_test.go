@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -468,7 +469,7 @@ func TestSynchronousAllowDecidesLocallyWhileTheStoreIsDown(t *testing.T) {
 		}
 		got = append(got, d.Allowed)
 	}
-	if want := []bool{true, true, true, false, false}; !equalBools(got, want) {
+	if want := []bool{true, true, true, false, false}; !slices.Equal(got, want) {
 		t.Fatalf("decisions while down %v, want %v (local counts continue from the store's)", got, want)
 	}
 	store.SetDown(false)

@@ -12,9 +12,9 @@ import (
 	"github.com/ratesync/ratesync/ratelimiting"
 )
 
-// Seed 003 (Kong's library docs): current 10, previous 40, window 60 s,
-// 30 s into the window: 10 + 40 * (60 - 30) / 60 = 30.
-func TestSeed003WorkedExample(t *testing.T) {
+// Kong's worked example (its rate-limiting library docs): current 10,
+// previous 40, window 60 s, 30 s into the window: 10 + 40 * (60 - 30) / 60 = 30.
+func TestKongWorkedExample(t *testing.T) {
 	clk := newClock(t0.Add(-time.Minute))
 	in := newInstance(t, clk)
 	mustNew(t, in, local("default", time.Minute))
@@ -31,10 +31,10 @@ func TestSeed003WorkedExample(t *testing.T) {
 	}
 }
 
-// Seed 000 (the Python limits docs): 100 per minute, current 80, previous
-// 40. 30 s in: 80 + 40 * 0.5 = 100, a new request is rejected; 40 s in:
-// 80 + 40/3 = 93.3, it is allowed.
-func TestSeed000WorkedExample(t *testing.T) {
+// The worked example of the Python limits library's docs: 100 per minute,
+// current 80, previous 40. 30 s in: 80 + 40 * 0.5 = 100, a new request is
+// rejected; 40 s in: 80 + 40/3 = 93.3, it is allowed.
+func TestPythonLimitsWorkedExample(t *testing.T) {
 	clk := newClock(t0.Add(-time.Minute))
 	in := newInstance(t, clk)
 	mustNew(t, in, local("api", time.Minute))
