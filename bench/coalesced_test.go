@@ -15,7 +15,7 @@ import (
 	"github.com/ratesync/ratesync/strategy"
 )
 
-// Issue 6, item 4 (second half): concurrent synchronous increments and
+// Concurrent synchronous increments and
 // checks are merged into one store call per batch, and each caller still
 // gets the totals as of its own hit.
 

@@ -3,6 +3,6 @@
 // active keys, pushing 100,000 dirty keys in a few round trips, and the
 // coalescing of synchronous increments and checks. Each benchmark measures
 // its baseline in the same run and reports the ratio. Everything lives in
-// the package's _test.go files; README.md gives the commands and the
-// figures measured with them. The package exports nothing.
+// the package's _test.go files; README.md gives the commands, and
+// BENCHMARKS.md at the repository's root the figures measured with them. The package exports nothing.
 package bench

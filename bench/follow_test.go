@@ -12,7 +12,7 @@ import (
 	"github.com/ratesync/ratesync/strategy"
 )
 
-// Issue 6, item 3: a periodic sync reads the keys this node holds, not the
+// A periodic sync reads the keys this node holds, not the
 // namespace, so its cost follows the node's active keys and not the size
 // of the store.
 

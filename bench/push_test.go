@@ -16,7 +16,7 @@ import (
 	"github.com/ratesync/ratesync/namespace"
 )
 
-// Issue 6, item 4 (first half): pushing 100,000 dirty keys takes a handful
+// Pushing 100,000 dirty keys takes a handful
 // of round trips.
 
 // BenchmarkPush100kDirtyKeys measures one Instance.Sync of a periodic
