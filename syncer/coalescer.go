@@ -202,6 +202,9 @@ func (s *Syncer) serve(ctx context.Context) {
 			s.answerLocal(hits, checks)
 			continue
 		}
+		if s.health.down {
+			s.recoverLocked(ctx) // the back-off may have ended since the turn began
+		}
 		if len(checks) > 0 {
 			s.serveChecks(ctx, checks)
 		}
@@ -303,6 +306,7 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 // answerInFlight answers hits whose push failed with the node's view, which
 // counts them (they stay in flight).
 func (s *Syncer) answerInFlight(batch []*hitReq) {
+	s.countLocal(len(batch))
 	for _, r := range batch {
 		r.res = strategy.Totals{Current: r.v}
 		if r.c != nil {
@@ -313,7 +317,6 @@ func (s *Syncer) answerInFlight(batch []*hitReq) {
 		}
 		r.done <- struct{}{}
 	}
-	s.countLocal(len(batch))
 }
 
 // pushCount applies b and returns each diff's totals: in one call when the
