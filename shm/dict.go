@@ -212,7 +212,7 @@ func (d *Dict) sweep(now int64) int {
 	var windows []*Window
 	for _, s := range series {
 		if !s.pinned.Load() {
-			windows = append(windows, s.Windows()...)
+			windows = append(windows, s.held()...)
 		}
 	}
 	slices.SortStableFunc(windows, func(a, b *Window) int { return cmp.Compare(a.start, b.start) })

@@ -53,7 +53,7 @@ func (s *Series) Size() int64 { return s.size }
 // it was local are pushed like any other.
 func (s *Series) SetLocal(local bool) {
 	if s.local.Swap(local) && !local {
-		for _, w := range s.Windows() {
+		for _, w := range s.held() {
 			w.Range(func(key string, c *Counter) bool {
 				if c.diffValue() != 0 {
 					s.list(w, key, c)
@@ -123,11 +123,19 @@ func (s *Series) Window(start int64, create bool, now int64) *Window {
 	return w
 }
 
-// Windows returns the held windows, oldest first.
-func (s *Series) Windows() []*Window {
+// held returns the held windows, oldest first.
+func (s *Series) held() []*Window {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]*Window(nil), s.windows...)
+}
+
+// Empty reports whether the series holds no window and no listed counter.
+func (s *Series) Empty() bool {
+	s.mu.Lock()
+	n := len(s.windows)
+	s.mu.Unlock()
+	return n == 0 && s.Dirty() == 0
 }
 
 // Expire drops the windows that are older than the previous window as of

@@ -202,7 +202,7 @@ func TestRotationLinksPreviousWindow(t *testing.T) {
 	if w4.Prev() != nil {
 		t.Fatal("a window after a gap has a Prev")
 	}
-	if got := len(s.Windows()); got != 1 {
+	if got := len(s.held()); got != 1 {
 		t.Fatalf("%d windows held after two sizes passed, want 1 (older ones expired)", got)
 	}
 }

@@ -143,7 +143,7 @@ func (s *Syncer) pruneRetired(now int64) {
 	var empty []*shm.Series
 	for _, sr := range s.conf.Load().retired {
 		sr.Expire(now)
-		if len(sr.Windows()) == 0 && sr.Dirty() == 0 {
+		if sr.Empty() {
 			empty = append(empty, sr)
 		}
 	}
