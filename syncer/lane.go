@@ -12,10 +12,9 @@ import (
 
 // laneLock is a mutex whose waiters can give up: a channel of one slot.
 // It is held across store I/O, so every wait for it is bounded by a
-// context, except the background goroutine's own, which halt cancels.
+// context (the background goroutine's is canceled by halt).
 type laneLock chan struct{}
 
-func (l laneLock) lock()   { l <- struct{}{} }
 func (l laneLock) unlock() { <-l }
 
 // lockCtx takes the lock unless ctx ends first.

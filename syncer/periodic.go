@@ -75,7 +75,9 @@ func (s *Syncer) periodic(ctx context.Context, stop <-chan struct{}, done chan<-
 		case <-t.C:
 		}
 		t.Reset(rate) // the next sync's start, measured from this one's
-		s.lane.mu.lock()
+		if !s.lane.mu.lockCtx(ctx) {
+			return // halting
+		}
 		c := s.conf.Load()
 		sctx, cancel := context.WithTimeout(ctx, c.Timeout)
 		_ = s.syncLocked(sctx, "sync")
