@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -144,8 +145,8 @@ func (n *ns) seriesOf(size time.Duration) *shm.Series {
 type Instance struct {
 	name        string
 	nodeID      string
-	node        string // nodeID plus a random suffix: unique per Instance
-	clock       func() int64
+	node        string       // nodeID plus a random suffix: unique per Instance
+	clock       func() int64 // Unix ms
 	coarse      bool
 	logger      *slog.Logger
 	observe     func(SyncReport)
@@ -153,11 +154,14 @@ type Instance struct {
 	hitTimeout  time.Duration
 	seq         atomic.Uint64
 
-	mu       sync.Mutex // serializes New, Update, Remove, Close
-	nss      atomic.Pointer[table]
-	dicts    map[string]*shm.Dict
-	removing map[string]chan struct{} // namespaces Remove is stopping
-	closed   atomic.Bool
+	// mu guards the table's changes, dicts and busy. It is never held across
+	// store I/O: the syncer work of New, Update and Remove runs outside it,
+	// so a slow store delays only calls on its own namespace.
+	mu     sync.Mutex
+	nss    atomic.Pointer[table]
+	dicts  map[string]*shm.Dict
+	busy   map[string]chan struct{} // namespaces an Update or Remove is working on outside mu
+	closed atomic.Bool
 
 	seed    maphash.Seed
 	stripes [64]stripe // serialize multi-window Allow per key
@@ -171,7 +175,7 @@ type stripe struct {
 // NewInstance returns an instance with no namespaces. name identifies it in
 // logs (Kong's instance name, such as the plugin using it).
 func NewInstance(name string, opts ...Option) *Instance {
-	in := &Instance{name: name, dicts: make(map[string]*shm.Dict), removing: make(map[string]chan struct{}), seed: maphash.MakeSeed()}
+	in := &Instance{name: name, dicts: make(map[string]*shm.Dict), busy: make(map[string]chan struct{}), seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(in)
 	}
@@ -240,14 +244,7 @@ func (in *Instance) New(cfg namespace.Config) error {
 	cfg = cfg.Normalize()
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	for { // a namespace of that name being removed finishes first
-		done, ok := in.removing[cfg.Name]
-		if !ok {
-			break
-		}
-		in.mu.Unlock()
-		<-done
-		in.mu.Lock()
+	for in.waitIdle(cfg.Name) { // an Update or Remove of that name finishes first
 	}
 	if in.closed.Load() {
 		return ErrClosed
@@ -259,12 +256,42 @@ func (in *Instance) New(cfg namespace.Config) error {
 	if err != nil {
 		return err
 	}
-	n := in.build(cfg, dict, nil)
+	n := in.layout(cfg, dict)
+	if !cfg.Local() {
+		n.syncer = syncer.New(in.syncConfig(n))
+	}
 	in.swap(cfg.Name, n)
 	if n.syncer != nil {
 		n.syncer.Start()
 	}
 	return nil
+}
+
+// waitIdle waits, when an Update or Remove of name is under way, until it
+// ends, and reports whether it waited. Callers hold in.mu; it is released
+// while waiting.
+func (in *Instance) waitIdle(name string) bool {
+	done, ok := in.busy[name]
+	if !ok {
+		return false
+	}
+	in.mu.Unlock()
+	<-done
+	in.mu.Lock()
+	return true
+}
+
+// claim marks name busy and returns the function that ends it. Callers
+// hold in.mu; the returned function takes it.
+func (in *Instance) claim(name string) (release func()) {
+	done := make(chan struct{})
+	in.busy[name] = done
+	return func() {
+		in.mu.Lock()
+		delete(in.busy, name)
+		in.mu.Unlock()
+		close(done)
+	}
 }
 
 // Update replaces a namespace's configuration atomically. Counters are
@@ -276,35 +303,78 @@ func (in *Instance) Update(cfg namespace.Config) error {
 	}
 	cfg = cfg.Normalize()
 	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.closed.Load() {
-		return ErrClosed
-	}
-	old, ok := in.nss.Load().byName[cfg.Name]
-	if !ok {
-		return errNotFound(cfg.Name)
+	old, err := in.claimExisting(cfg.Name)
+	if err != nil {
+		in.mu.Unlock()
+		return err
 	}
 	if cfg.Dict != old.cfg.Dict {
+		in.mu.Unlock()
 		return fmt.Errorf("%w: namespace %q lives in dict %q; Update cannot move it to %q", ErrDictConflict, cfg.Name, old.cfg.Dict, cfg.Dict)
 	}
 	if _, err := in.dict(cfg); err != nil {
+		in.mu.Unlock()
 		return err
 	}
-	n := in.build(cfg, old.dict, old)
-	if old.syncer != nil && n.syncer == nil {
+	n := in.layout(cfg, old.dict)
+	release := in.claim(cfg.Name)
+	in.mu.Unlock()
+	defer release()
+
+	// The syncer's part runs outside in.mu: a final push may take up to
+	// the sync timeout, and Reconfigure cancels an exchange under way.
+	switch {
+	case old.syncer != nil && cfg.Local():
 		// Now local-only: push what is pending, within the sync timeout.
-		ctx, cancel := context.WithTimeout(context.Background(), in.timeout())
-		err := old.syncer.Stop(ctx)
-		cancel()
-		if err != nil {
+		if err := in.stopSyncer(old.syncer); err != nil {
 			in.logger.Warn("ratesync: final push before going local-only failed", "namespace", cfg.Name, "err", err)
 		}
+	case old.syncer != nil:
+		n.syncer = old.syncer
+		n.syncer.Reconfigure(in.syncConfig(n))
+	case !cfg.Local():
+		n.syncer = syncer.New(in.syncConfig(n))
+	}
+
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed.Load() {
+		// Close ran meanwhile and stopped the syncers it found; this one
+		// may have been restarted since.
+		if n.syncer != nil {
+			_ = in.stopSyncer(n.syncer)
+		}
+		return ErrClosed
 	}
 	in.swap(cfg.Name, n)
 	if n.syncer != nil {
 		n.syncer.Start()
 	}
 	return nil
+}
+
+// claimExisting waits until no other Update or Remove of name is under
+// way, and returns the namespace. Callers hold in.mu.
+func (in *Instance) claimExisting(name string) (*ns, error) {
+	for {
+		if in.closed.Load() {
+			return nil, ErrClosed
+		}
+		n, ok := in.nss.Load().byName[name]
+		if !ok {
+			return nil, errNotFound(name)
+		}
+		if !in.waitIdle(name) {
+			return n, nil
+		}
+	}
+}
+
+// stopSyncer stops s with a final push bounded by the sync timeout.
+func (in *Instance) stopSyncer(s *syncer.Syncer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), in.timeout())
+	defer cancel()
+	return s.Stop(ctx)
 }
 
 func (in *Instance) timeout() time.Duration {
@@ -334,8 +404,8 @@ func (in *Instance) dict(cfg namespace.Config) (*shm.Dict, error) {
 	return d, nil
 }
 
-// build makes the applied form of cfg, reusing old's syncer when there is one.
-func (in *Instance) build(cfg namespace.Config, dict *shm.Dict, old *ns) *ns {
+// layout makes the applied form of cfg in dict, without its syncer.
+func (in *Instance) layout(cfg namespace.Config, dict *shm.Dict) *ns {
 	n := &ns{cfg: cfg, dict: dict}
 	for _, size := range cfg.WindowSizes {
 		sr := dict.Series(cfg.Name, size)
@@ -343,29 +413,29 @@ func (in *Instance) build(cfg namespace.Config, dict *shm.Dict, old *ns) *ns {
 		n.sizes = append(n.sizes, size)
 		n.series = append(n.series, sr)
 	}
-	if cfg.Local() {
-		return n
-	}
-	sc := syncer.Config{
-		Namespace:  cfg.Name,
-		Node:       cfg.Name + "|" + in.node,
-		Rate:       cfg.SyncRate,
-		Strategy:   cfg.Strategy,
-		Series:     slices.Clone(n.series),
-		Now:        in.clock,
+	return n
+}
+
+// syncConfig returns the configuration of n's syncer.
+func (in *Instance) syncConfig(n *ns) syncer.Config {
+	return syncer.Config{
+		Namespace: n.cfg.Name,
+		Node:      n.cfg.Name + "|" + in.node,
+		Rate:      n.cfg.SyncRate,
+		Strategy:  n.cfg.Strategy,
+		Series:    slices.Clone(n.series),
+		Now:       in.clock,
+		// The store's failures and recoveries happen in real time: the
+		// back-off, the purge schedule and the times of Stats (which
+		// readiness compares with time.Now) run on it, whatever clock
+		// moves the windows.
+		Clock:      time.Now,
 		Seq:        &in.seq,
 		Timeout:    in.syncTimeout,
 		HitTimeout: in.hitTimeout,
 		Logger:     in.logger,
 		Observe:    in.observe,
 	}
-	if old != nil && old.syncer != nil {
-		n.syncer = old.syncer
-		n.syncer.Reconfigure(sc)
-	} else {
-		n.syncer = syncer.New(sc)
-	}
-	return n
 }
 
 // swap publishes n (or removes name when n is nil). Callers hold in.mu.
@@ -400,21 +470,23 @@ const scanLimit = 8
 // either way.
 func (in *Instance) Remove(ctx context.Context, name string) error {
 	in.mu.Lock()
-	n, err := in.lookup(name)
-	if err != nil {
-		in.mu.Unlock()
-		return err
+	var (
+		n   *ns
+		err error
+	)
+	for { // an Update of that name finishes first
+		if n, err = in.lookup(name); err != nil {
+			in.mu.Unlock()
+			return err
+		}
+		if !in.waitIdle(n.cfg.Name) {
+			break
+		}
 	}
 	in.swap(n.cfg.Name, nil)
-	done := make(chan struct{})
-	in.removing[n.cfg.Name] = done // New of the same name waits for us
+	release := in.claim(n.cfg.Name) // New of the same name waits for us
 	in.mu.Unlock()
-	defer func() {
-		in.mu.Lock()
-		delete(in.removing, n.cfg.Name)
-		in.mu.Unlock()
-		close(done)
-	}()
+	defer release()
 	n.close()
 	if n.syncer != nil {
 		err = n.syncer.Stop(ctx)
@@ -441,6 +513,7 @@ func (in *Instance) Close(ctx context.Context) error {
 	}
 	nss := in.nss.Load().byName
 	in.nss.Store(&table{})
+	dicts := slices.Collect(maps.Values(in.dicts))
 	in.mu.Unlock()
 	var (
 		wg   sync.WaitGroup
@@ -461,6 +534,9 @@ func (in *Instance) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	for _, d := range dicts {
+		d.Close() // stop their background sweeps
+	}
 	if in.coarse {
 		processClock.release()
 	}

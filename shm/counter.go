@@ -29,7 +29,8 @@ const taking uint64 = 0x7ff8_7a4e_0000_0001
 // CAS.
 //
 // A Counter is safe for concurrent use. Its zero value is a live counter of
-// zero. Counters are created by Window; callers only read and add.
+// zero. Counters are created by Window; callers outside shm only read them
+// (Value): every change goes through a Window, which keeps the invariants.
 type Counter struct {
 	diff atomic.Uint64
 	sync atomic.Uint64
@@ -65,8 +66,8 @@ func (c *Counter) Value() float64 {
 	}
 }
 
-// Diff returns the hits not yet taken by the syncer.
-func (c *Counter) Diff() float64 {
+// diffValue returns the hits not yet taken by the syncer.
+func (c *Counter) diffValue() float64 {
 	d := c.loadDiff()
 	if d == dead {
 		return 0
@@ -74,14 +75,14 @@ func (c *Counter) Diff() float64 {
 	return math.Float64frombits(d)
 }
 
-// Sync returns the synced part of the counter.
-func (c *Counter) Sync() float64 { return math.Float64frombits(c.sync.Load()) }
+// syncValue returns the synced part of the counter.
+func (c *Counter) syncValue() float64 { return math.Float64frombits(c.sync.Load()) }
 
-// SetSync replaces the synced part of the counter.
-func (c *Counter) SetSync(v float64) { c.sync.Store(math.Float64bits(v)) }
+// setSync replaces the synced part of the counter.
+func (c *Counter) setSync(v float64) { c.sync.Store(math.Float64bits(v)) }
 
-// AddSync adds v to the synced part of the counter.
-func (c *Counter) AddSync(v float64) {
+// addSync adds v to the synced part of the counter.
+func (c *Counter) addSync(v float64) {
 	for {
 		old := c.sync.Load()
 		if c.sync.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+v)) {
@@ -168,7 +169,7 @@ func (c *Counter) take() float64 {
 			continue // a concurrent add changed diff: take its new value
 		}
 		d := math.Float64frombits(old)
-		c.AddSync(d)
+		c.addSync(d)
 		c.diff.Store(0) // only this goroutine changes a taking diff
 		return d
 	}

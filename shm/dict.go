@@ -36,9 +36,12 @@ type Stats struct {
 }
 
 // Dict is a named, bounded set of counters, shared by the namespaces that
-// name it. See the package documentation for its capacity policy.
+// name it. See the package documentation for its capacity policy. When
+// nearly full it sweeps in a background goroutine, which Close stops and
+// waits for; a closed dict still counts, and no longer sweeps in the
+// background.
 //
-// A Dict is safe for concurrent use.
+// A Dict is safe for concurrent use. Make it with NewDict.
 type Dict struct {
 	name      string
 	capacity  atomic.Int64
@@ -50,6 +53,12 @@ type Dict struct {
 	sweeping  atomic.Bool
 	nextSweep atomic.Int64 // ms: no background sweep starts before
 	sweepMu   sync.Mutex   // one sweep at a time
+
+	// The background sweep: started by admit, stopped and waited for by
+	// Close.
+	bgMu   sync.Mutex // guards closed and bg.Add
+	closed atomic.Bool
+	bg     sync.WaitGroup
 
 	mu     sync.Mutex
 	series map[seriesKey]*Series
@@ -70,9 +79,6 @@ func NewDict(name string, capacity int) (*Dict, error) {
 	return d, nil
 }
 
-// Name returns the dict's name.
-func (d *Dict) Name() string { return d.name }
-
 // Capacity returns the dict's counter bound.
 func (d *Dict) Capacity() int { return int(d.capacity.Load()) }
 
@@ -89,15 +95,23 @@ func (d *Dict) SetCapacity(capacity int) error {
 	return nil
 }
 
-// Len returns the number of live counters.
-func (d *Dict) Len() int { return int(d.entries.Load()) }
+// len returns the number of live counters.
+func (d *Dict) len() int { return int(d.entries.Load()) }
+
+// Close stops the background sweep and waits for it. It is idempotent.
+func (d *Dict) Close() {
+	d.bgMu.Lock()
+	d.closed.Store(true)
+	d.bgMu.Unlock()
+	d.bg.Wait()
+}
 
 // Stats returns a snapshot of the dict's figures.
 func (d *Dict) Stats() Stats {
 	return Stats{
 		Name:      d.name,
 		Capacity:  d.Capacity(),
-		Entries:   d.Len(),
+		Entries:   d.len(),
 		Evictions: d.evictions.Load(),
 		Overflows: d.overflows.Load(),
 		Expired:   d.expired.Load(),
@@ -149,14 +163,7 @@ func (d *Dict) allSeries() []*Series {
 func (d *Dict) admit(now int64) bool {
 	n, capacity := d.entries.Load(), d.capacity.Load()
 	if float64(n) >= highMark*float64(capacity) && now >= d.nextSweep.Load() && d.sweeping.CompareAndSwap(false, true) {
-		go func() {
-			defer d.sweeping.Store(false)
-			if d.Sweep(now) == 0 {
-				// Nothing could go (every counter holds a diff to push, or
-				// is hot): wait before scanning again.
-				d.nextSweep.Store(now + sweepBackoff)
-			}
-		}()
+		d.startSweep(now)
 	}
 	if n >= capacity {
 		d.overflows.Add(1)
@@ -165,12 +172,32 @@ func (d *Dict) admit(now int64) bool {
 	return true
 }
 
-// Sweep drops expired windows and, when the dict is above its low mark,
+// startSweep runs a sweep in the background, unless the dict is closed.
+// The caller has set d.sweeping; the sweep clears it.
+func (d *Dict) startSweep(now int64) {
+	d.bgMu.Lock()
+	defer d.bgMu.Unlock()
+	if d.closed.Load() {
+		d.sweeping.Store(false)
+		return
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer d.sweeping.Store(false)
+		if d.sweep(now) == 0 {
+			// Nothing could go (every counter holds a diff to push, or
+			// is hot): wait before scanning again.
+			d.nextSweep.Store(now + sweepBackoff)
+		}
+	}()
+}
+
+// sweep drops expired windows and, when the dict is above its low mark,
 // evicts cold counters that hold no unpushed diff (lowest counts first, older
 // windows first) down to it. It returns the number of counters removed. now
-// is the clock in Unix milliseconds. The syncer and admit call it; callers
-// may too.
-func (d *Dict) Sweep(now int64) int {
+// is the clock in Unix milliseconds. A sweep of a closed dict stops early.
+func (d *Dict) sweep(now int64) int {
 	d.sweepMu.Lock()
 	defer d.sweepMu.Unlock()
 	series := d.allSeries()
@@ -185,7 +212,7 @@ func (d *Dict) Sweep(now int64) int {
 	var windows []*Window
 	for _, s := range series {
 		if !s.pinned.Load() {
-			windows = append(windows, s.Windows()...)
+			windows = append(windows, s.held()...)
 		}
 	}
 	slices.SortStableFunc(windows, func(a, b *Window) int { return cmp.Compare(a.start, b.start) })
@@ -197,7 +224,7 @@ func (d *Dict) Sweep(now int64) int {
 		local := w.series.local.Load()
 		w.Range(func(_ string, c *Counter) bool {
 			seen++
-			if local || c.Diff() == 0 {
+			if local || c.diffValue() == 0 {
 				sample = append(sample, math.Abs(c.Value()))
 			}
 			return len(sample) < sampleSize
@@ -221,9 +248,9 @@ func (d *Dict) Sweep(now int64) int {
 				evicted++
 				d.evictions.Add(1)
 			}
-			return evicted < need
+			return evicted < need && !d.closed.Load()
 		})
-		if evicted >= need {
+		if evicted >= need || d.closed.Load() {
 			break
 		}
 	}

@@ -1,5 +1,11 @@
-// Package shm is the node-local counter store, the Go counterpart of the
-// nginx shared memory zone ("shm") Kong's rate-limiting library counts in.
+// Package shm is part of the engine of ratesync: the node-local counter
+// store, the Go counterpart of the nginx shared memory zone ("shm") Kong's
+// rate-limiting library counts in. Users go through package ratelimiting;
+// the exported API of this package serves ratelimiting and syncer and may
+// change. Some of it is for the syncer only (Series.Take, Window.TakeKey,
+// Window.AddTaken, Window.SetSynced, Series.SetPinned): it moves amounts
+// between a counter's two parts, and an amount taken that no one pushes is
+// lost to the cluster.
 //
 // A Dict is a named, bounded set of counters. Inside a dict, counters are
 // grouped by Series (one namespace and one window size) and by Window (one
@@ -25,7 +31,8 @@
 // once no listed diff of it is waiting for the syncer.
 //
 // Capacity: a dict holds at most Capacity counters. Above 90% of it a
-// background sweep drops expired windows and then evicts cold counters
+// background sweep (one goroutine at a time, which Dict.Close stops and
+// waits for) drops expired windows and then evicts cold counters
 // (lowest counts, previous windows first) that hold no unpushed diff, down to
 // 80%. When the dict is full of counters it may not evict, a new counter is
 // not created: the hit is answered as if the key had no history, and is

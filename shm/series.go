@@ -44,14 +44,8 @@ type Series struct {
 	dirty [dirtyShards]dirtyShard
 }
 
-// Namespace returns the namespace the series counts for.
-func (s *Series) Namespace() string { return s.namespace }
-
 // Size returns the window size in milliseconds.
 func (s *Series) Size() int64 { return s.size }
-
-// Dict returns the dict the series lives in.
-func (s *Series) Dict() *Dict { return s.dict }
 
 // SetLocal marks the series local-only (its diffs are never pushed, so they
 // are not listed, and eviction may drop any counter) or not. A series that
@@ -59,9 +53,9 @@ func (s *Series) Dict() *Dict { return s.dict }
 // it was local are pushed like any other.
 func (s *Series) SetLocal(local bool) {
 	if s.local.Swap(local) && !local {
-		for _, w := range s.Windows() {
+		for _, w := range s.held() {
 			w.Range(func(key string, c *Counter) bool {
-				if c.Diff() != 0 {
+				if c.diffValue() != 0 {
 					s.list(w, key, c)
 				}
 				return true
@@ -71,6 +65,8 @@ func (s *Series) SetLocal(local bool) {
 }
 
 // SetPinned keeps eviction away from the series' counters (true) or not.
+// For the syncer: it pins while batches are in flight, whose amounts live
+// in the counters' sync parts.
 func (s *Series) SetPinned(pinned bool) { s.pinned.Store(pinned) }
 
 // Close marks the series closed: its namespace is going away. Callers that
@@ -127,11 +123,19 @@ func (s *Series) Window(start int64, create bool, now int64) *Window {
 	return w
 }
 
-// Windows returns the held windows, oldest first.
-func (s *Series) Windows() []*Window {
+// held returns the held windows, oldest first.
+func (s *Series) held() []*Window {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]*Window(nil), s.windows...)
+}
+
+// Empty reports whether the series holds no window and no listed counter.
+func (s *Series) Empty() bool {
+	s.mu.Lock()
+	n := len(s.windows)
+	s.mu.Unlock()
+	return n == 0 && s.Dirty() == 0
 }
 
 // Expire drops the windows that are older than the previous window as of
@@ -199,7 +203,7 @@ func (s *Series) list(w *Window, key string, c *Counter) {
 // Take moves the diff of every listed counter into its sync part (see
 // Counter) and calls fn with each non-zero amount taken, the counter's window
 // start (Unix milliseconds) and key. A counter that gets a diff again later
-// is listed again.
+// is listed again. For the syncer: every amount taken must be pushed.
 func (s *Series) Take(fn func(start int64, key string, v float64)) {
 	var list []dirtyEntry
 	for i := range s.dirty {

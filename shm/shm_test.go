@@ -58,8 +58,8 @@ func TestCounterAddTakeAndDirtyList(t *testing.T) {
 	if taken["a"] != 3.5 || taken["b"] != -1 || len(taken) != 2 {
 		t.Fatalf("taken = %v, want a:3.5 b:-1", taken)
 	}
-	if c := w.Counter("a"); c.Diff() != 0 || c.Sync() != 3.5 || c.Value() != 3.5 {
-		t.Fatalf("after take: diff %v sync %v value %v; want 0, 3.5, 3.5", c.Diff(), c.Sync(), c.Value())
+	if c := w.Counter("a"); c.diffValue() != 0 || c.syncValue() != 3.5 || c.Value() != 3.5 {
+		t.Fatalf("after take: diff %v sync %v value %v; want 0, 3.5, 3.5", c.diffValue(), c.syncValue(), c.Value())
 	}
 	if s.Dirty() != 0 {
 		t.Fatalf("Dirty() = %d after Take, want 0", s.Dirty())
@@ -202,7 +202,7 @@ func TestRotationLinksPreviousWindow(t *testing.T) {
 	if w4.Prev() != nil {
 		t.Fatal("a window after a gap has a Prev")
 	}
-	if got := len(s.Windows()); got != 1 {
+	if got := len(s.held()); got != 1 {
 		t.Fatalf("%d windows held after two sizes passed, want 1 (older ones expired)", got)
 	}
 }
@@ -215,8 +215,8 @@ func TestExpiryKeepsWindowsWithUnpushedDiffs(t *testing.T) {
 	if got := s.Expire(later); got != 0 {
 		t.Fatalf("Expire dropped %d counters holding an unpushed diff", got)
 	}
-	if d.Len() != 2 {
-		t.Fatalf("dict holds %d counters, want 2", d.Len())
+	if d.len() != 2 {
+		t.Fatalf("dict holds %d counters, want 2", d.len())
 	}
 	var got []string
 	s.Take(func(start int64, key string, v float64) { got = append(got, fmt.Sprint(start, key, v)) })
@@ -226,7 +226,7 @@ func TestExpiryKeepsWindowsWithUnpushedDiffs(t *testing.T) {
 	if n := s.Expire(later); n != 1 {
 		t.Fatalf("Expire after Take dropped %d counters, want 1", n)
 	}
-	if d.Len() != 1 || d.Stats().Expired != 1 {
+	if d.len() != 1 || d.Stats().Expired != 1 {
 		t.Fatalf("dict: %+v, want 1 entry and 1 expired", d.Stats())
 	}
 }
@@ -247,7 +247,7 @@ func TestFullDictRefusesThenSweepEvictsColdCounters(t *testing.T) {
 	for d.sweeping.Load() {
 		time.Sleep(time.Millisecond)
 	}
-	d.Sweep(t0)
+	d.sweep(t0)
 	st := d.Stats()
 	if st.Entries > int(lowMark*100)+1 {
 		t.Fatalf("entries %d after a sweep, want at most %d", st.Entries, int(lowMark*100)+1)
@@ -271,17 +271,17 @@ func TestSweepNeverEvictsUnpushedDiffs(t *testing.T) {
 	for i := range 10 {
 		w.Add(fmt.Sprint(i), 1, t0)
 	}
-	d.Sweep(t0)
-	if d.Len() != 10 || d.Stats().Evictions != 0 {
+	d.sweep(t0)
+	if d.len() != 10 || d.Stats().Evictions != 0 {
 		t.Fatalf("sweep evicted counters holding diffs: %+v", d.Stats())
 	}
 	if c, _ := w.Add("new", 1, t0); c != nil {
 		t.Fatal("a full dict of dirty counters made a new counter")
 	}
 	s.Take(func(int64, string, float64) {})
-	d.Sweep(t0)
-	if d.Len() > 8 {
-		t.Fatalf("after the diffs were taken the sweep left %d counters, want <= 8", d.Len())
+	d.sweep(t0)
+	if d.len() > 8 {
+		t.Fatalf("after the diffs were taken the sweep left %d counters, want <= 8", d.len())
 	}
 }
 
@@ -306,7 +306,7 @@ func TestEvictionNeverLosesAConcurrentIncrement(t *testing.T) {
 	sweeper.Go(func() {
 		for !stop.Load() {
 			s.Take(func(_ int64, _ string, v float64) { taken.Add(int64(v)) })
-			d.Sweep(t0)
+			d.sweep(t0)
 		}
 	})
 	workers.Wait()
@@ -339,8 +339,8 @@ func TestCompactionKeepsEveryCount(t *testing.T) {
 		w.evict(key, c)
 		return true
 	})
-	if w.Len() != 1500 {
-		t.Fatalf("Len = %d after eviction, want 1500", w.Len())
+	if w.len() != 1500 {
+		t.Fatalf("Len = %d after eviction, want 1500", w.len())
 	}
 	old := w.m()
 	var stop atomic.Bool

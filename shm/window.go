@@ -52,8 +52,8 @@ func (w *Window) Series() *Series { return w.series }
 // Prev returns the window just before this one, or nil when it is not held.
 func (w *Window) Prev() *Window { return w.prev.Load() }
 
-// Len returns the number of counters in the window.
-func (w *Window) Len() int { return int(w.count.Load() &^ retiredBit) }
+// len returns the number of counters in the window.
+func (w *Window) len() int { return int(w.count.Load() &^ retiredBit) }
 
 // Counter returns the live counter of key, or nil.
 func (w *Window) Counter(key string) *Counter {
@@ -135,7 +135,8 @@ func (w *Window) AddIfAtMost(key string, v, ceiling float64, now int64) (before 
 // TakeKey moves the diff of key's counter into its sync part, as the syncer
 // does for every listed counter, and returns the amount moved (0 when the
 // counter is absent or has none). The counter stays listed; the syncer's
-// next Take finds nothing left to move.
+// next Take finds nothing left to move. For the syncer: the amount must be
+// pushed.
 func (w *Window) TakeKey(key string) float64 {
 	if c, ok := w.m().Load(key); ok {
 		return c.take()
@@ -143,13 +144,42 @@ func (w *Window) TakeKey(key string) float64 {
 	return 0
 }
 
-// Ensure returns key's counter, creating it when needed; nil when the dict
+// ensure returns key's counter, creating it when needed; nil when the dict
 // is full.
-func (w *Window) Ensure(key string, now int64) *Counter {
+func (w *Window) ensure(key string, now int64) *Counter {
 	if c, ok := w.m().Load(key); ok && !c.isDead() {
 		return c
 	}
 	return w.create(key, now)
+}
+
+// AddTaken counts v for key as already taken by the syncer: v goes to the
+// synced part, as an add and its take in one step (a hit the syncer pushes
+// at once). It returns the counter, nil when the dict is full. For the
+// syncer.
+func (w *Window) AddTaken(key string, v float64, now int64) *Counter {
+	c := w.ensure(key, now)
+	if c != nil {
+		c.addSync(v)
+	}
+	return c
+}
+
+// SetSynced sets the synced part of key's counter to v: the store's total
+// plus what of it the syncer has in flight. With create the counter is made
+// when missing; otherwise only a live counter is set. It returns the
+// counter set, nil when none. For the syncer.
+func (w *Window) SetSynced(key string, v float64, create bool, now int64) *Counter {
+	var c *Counter
+	if create {
+		c = w.ensure(key, now)
+	} else {
+		c = w.Counter(key)
+	}
+	if c != nil {
+		c.setSync(v)
+	}
+	return c
 }
 
 // create makes key's counter, or returns the live one another goroutine made.
@@ -204,7 +234,7 @@ func (w *Window) evict(key string, c *Counter) bool {
 // Adds to existing counters go on meanwhile (the counters move, not their
 // values); making and removing counters waits.
 func (w *Window) compact() bool {
-	live := w.Len()
+	live := w.len()
 	if live < 1024 {
 		return false
 	}

@@ -29,7 +29,8 @@ func newSyncer(t *testing.T, rate time.Duration, st strategy.Strategy, hitTimeou
 	var seq atomic.Uint64
 	s := syncer.New(syncer.Config{
 		Namespace: "ns", Node: "ns|n1", Rate: rate, Strategy: st, Series: []*shm.Series{sr},
-		Now: func() int64 { return t0.UnixMilli() }, Seq: &seq, HitTimeout: hitTimeout,
+		// Windows stand still at t0; the back-off runs on real time.
+		Now: func() int64 { return t0.UnixMilli() }, Clock: time.Now, Seq: &seq, HitTimeout: hitTimeout,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	s.Start()

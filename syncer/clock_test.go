@@ -1,0 +1,203 @@
+package syncer_test
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/internal/strategytest"
+	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/memory"
+	"github.com/ratesync/ratesync/syncer"
+)
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct{ ns atomic.Int64 }
+
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Millis() int64           { return c.Now().UnixMilli() }
+func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// counting counts the store calls that push, failed ones included.
+type counting struct {
+	*strategytest.Faulty
+	pushes atomic.Int64
+}
+
+func (c *counting) PushDiffs(ctx context.Context, b strategy.Batch) error {
+	c.pushes.Add(1)
+	return c.Faulty.PushDiffs(ctx, b)
+}
+
+func (c *counting) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.Totals, error) {
+	c.pushes.Add(1)
+	return c.Faulty.PushAndCount(ctx, b)
+}
+
+// newFakeClockSyncer returns a started syncer of rate whose every time
+// comes from clk.
+func newFakeClockSyncer(t *testing.T, rate time.Duration, st strategy.Strategy, clk *fakeClock, purgeEvery time.Duration) (*syncer.Syncer, *shm.Series) {
+	t.Helper()
+	d, err := shm.NewDict("d", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	sr := d.Series("ns", time.Hour)
+	var seq atomic.Uint64
+	s := syncer.New(syncer.Config{
+		Namespace: "ns", Node: "ns|n1", Rate: rate, Strategy: st, Series: []*shm.Series{sr},
+		Now: clk.Millis, Clock: clk.Now, Seq: &seq, PurgeEvery: purgeEvery,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	s.Start()
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	return s, sr
+}
+
+// A failed store call marks the store down as of the clock: hits are
+// counted on the node without asking it until the clock passes the
+// back-off, however long that takes in real time; then the store is asked
+// again and gets every hit. Stats' times are the clock's.
+func TestDownStateFollowsTheClock(t *testing.T) {
+	clk := &fakeClock{}
+	clk.ns.Store(t0.UnixNano())
+	store := &counting{Faulty: strategytest.NewFaulty(memory.New())}
+	s, sr := newFakeClockSyncer(t, 0, store, clk, -1)
+	w := sr.Current(clk.Millis())
+	ctx := context.Background()
+	if _, err := s.Hit(ctx, w, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); !st.StoreUp || !st.LastGood.Equal(t0) {
+		t.Fatalf("after a good hit: %+v, want the store up, LastGood %v", st, t0)
+	}
+
+	clk.Advance(time.Second)
+	failedAt := clk.Now()
+	store.FailPushes(1)
+	if _, err := s.Hit(ctx, w, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if st.StoreUp || !st.LastErrorAt.Equal(failedAt) || !st.LastGood.Equal(t0) || st.LocalHits != 1 {
+		t.Fatalf("after a failed hit: %+v, want the store down since %v, LastGood %v, 1 local hit", st, failedAt, t0)
+	}
+
+	// Down until the clock passes the first back-off (100ms), even after
+	// more than that in real time.
+	pushes := store.pushes.Load()
+	time.Sleep(150 * time.Millisecond)
+	clk.Advance(99 * time.Millisecond)
+	for i := range 3 {
+		tot, err := s.Hit(ctx, w, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := float64(3 + i); tot.Current != want {
+			t.Fatalf("local hit %d: current %v, want %v", i, tot.Current, want)
+		}
+	}
+	if got := store.pushes.Load(); got != pushes {
+		t.Fatalf("%d store calls while down, want none", got-pushes)
+	}
+	if st := s.Stats(); st.LocalHits != 4 || st.StoreUp {
+		t.Fatalf("while down: %+v, want 4 local hits and the store down", st)
+	}
+
+	clk.Advance(time.Millisecond)
+	tot, err := s.Hit(ctx, w, "k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(sr.StartOf(clk.Millis()))
+	if got, _ := store.GetWindow(ctx, "ns", "k", start, time.Hour); got != 6 || tot.Current != 6 {
+		t.Fatalf("after the back-off: store %v, hit's total %v; want 6 and 6", got, tot.Current)
+	}
+	if st := s.Stats(); !st.StoreUp || !st.LastGood.Equal(clk.Now()) || st.LocalHits != 4 || st.InFlight != 0 {
+		t.Fatalf("after recovery: %+v, want the store up, LastGood %v, nothing in flight", st, clk.Now())
+	}
+}
+
+// Each failed retry doubles the back-off, from 100ms up to 5s, on the clock.
+func TestBackoffDoublesUpToMax(t *testing.T) {
+	clk := &fakeClock{}
+	clk.ns.Store(t0.UnixNano())
+	store := &counting{Faulty: strategytest.NewFaulty(memory.New())}
+	s, sr := newFakeClockSyncer(t, 0, store, clk, -1)
+	w := sr.Current(clk.Millis())
+	ctx := context.Background()
+	store.SetDown(true)
+	if _, err := s.Hit(ctx, w, "k", 1); err != nil { // fails: down for 100ms
+		t.Fatal(err)
+	}
+	backoffs := []time.Duration{100, 200, 400, 800, 1600, 3200, 5000, 5000}
+	for _, b := range backoffs {
+		b *= time.Millisecond
+		calls := store.pushes.Load()
+		clk.Advance(b - time.Millisecond)
+		if _, err := s.Hit(ctx, w, "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := store.pushes.Load(); got != calls {
+			t.Fatalf("back-off %v: the store was asked %v before its end", b, b-time.Millisecond)
+		}
+		clk.Advance(time.Millisecond)
+		if _, err := s.Hit(ctx, w, "k", 1); err != nil {
+			t.Fatal(err)
+		}
+		if got := store.pushes.Load(); got != calls+1 {
+			t.Fatalf("back-off %v: %d store calls at its end, want 1 retry", b, got-calls)
+		}
+	}
+	store.SetDown(false)
+	clk.Advance(5 * time.Second)
+	if _, err := s.Hit(ctx, w, "k", 1); err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(sr.StartOf(clk.Millis()))
+	want := float64(2 + 2*len(backoffs))
+	if got, _ := store.GetWindow(ctx, "ns", "k", start, time.Hour); got != want {
+		t.Fatalf("store %v after recovery, want every hit: %v", got, want)
+	}
+}
+
+// purgeCounter counts Purge calls.
+type purgeCounter struct {
+	*strategytest.Faulty
+	purges atomic.Int64
+}
+
+func (p *purgeCounter) Purge(ctx context.Context, ns string, sizes []time.Duration, now time.Time) error {
+	p.purges.Add(1)
+	return p.Faulty.Purge(ctx, ns, sizes, now)
+}
+
+// The periodic loop purges when the clock says a purge is due, not when
+// real time does.
+func TestPurgeFollowsTheClock(t *testing.T) {
+	clk := &fakeClock{}
+	clk.ns.Store(t0.UnixNano())
+	store := &purgeCounter{Faulty: strategytest.NewFaulty(memory.New())}
+	s, _ := newFakeClockSyncer(t, 5*time.Millisecond, store, clk, time.Hour)
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 5s: %s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("a few syncs", func() bool { return s.Stats().LastGood.Equal(t0) })
+	time.Sleep(100 * time.Millisecond)
+	if n := store.purges.Load(); n != 0 {
+		t.Fatalf("%d purges with the clock standing still", n)
+	}
+	clk.Advance(76 * time.Minute) // past the latest a purge can be due
+	waitFor("a purge once the clock passed its time", func() bool { return store.purges.Load() == 1 })
+}

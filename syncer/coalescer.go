@@ -1,0 +1,361 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/strategy"
+)
+
+// hitReq is one synchronous hit waiting for the worker.
+type hitReq struct {
+	w    *shm.Window
+	key  string
+	v    float64
+	c    *shm.Counter // the hit's counter, once counted as taken
+	res  strategy.Totals
+	done chan struct{} // one answer
+}
+
+var hitPool = sync.Pool{New: func() any { return &hitReq{done: make(chan struct{}, 1)} }}
+
+func (r *hitReq) release() {
+	*r = hitReq{done: r.done}
+	hitPool.Put(r)
+}
+
+// queue holds the synchronous requests waiting for the worker. Callers of
+// Hit and Check add to it; the worker takes them in batches.
+type queue struct {
+	mu        sync.Mutex // a leaf of the lock order but for stats.mu; guards what follows
+	hits      []*hitReq
+	checks    []*checkReq
+	accepting bool // the worker runs and answers the queue
+
+	signal chan struct{} // wakes the worker; one slot
+}
+
+func (q *queue) open() {
+	q.mu.Lock()
+	q.accepting = true
+	q.mu.Unlock()
+}
+
+// close refuses later requests: their callers decide on the node.
+func (q *queue) close() {
+	q.mu.Lock()
+	q.accepting = false
+	q.mu.Unlock()
+}
+
+// errNoWorker: the synchronous worker is not running (the namespace is
+// being reconfigured or stopped); the caller counts on this node instead.
+var errNoWorker = errors.New("syncer: no synchronous worker")
+
+func (q *queue) addHit(r *hitReq) error {
+	q.mu.Lock()
+	if !q.accepting {
+		q.mu.Unlock()
+		return errNoWorker
+	}
+	q.hits = append(q.hits, r)
+	q.mu.Unlock()
+	q.wake()
+	return nil
+}
+
+func (q *queue) addCheck(r *checkReq) error {
+	q.mu.Lock()
+	if !q.accepting {
+		q.mu.Unlock()
+		return errNoWorker
+	}
+	q.checks = append(q.checks, r)
+	q.mu.Unlock()
+	q.wake()
+	return nil
+}
+
+func (q *queue) wake() {
+	select {
+	case q.signal <- struct{}{}:
+	default:
+	}
+}
+
+// take removes up to maxHitBatch hits and as many checks from the queue.
+func (q *queue) take() (hits []*hitReq, checks []*checkReq) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.hits), maxHitBatch)
+	hits = slices.Clone(q.hits[:n])
+	q.hits = append(q.hits[:0], q.hits[n:]...)
+	n = min(len(q.checks), maxHitBatch)
+	checks = slices.Clone(q.checks[:n])
+	q.checks = append(q.checks[:0], q.checks[n:]...)
+	return hits, checks
+}
+
+// await waits for one answer on done, or the end of ctx.
+func await(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Hit counts v for key in w, the current window of one of the namespace's
+// series, through the store (synchronous mode), and returns the key's totals
+// as of this hit: the store's when it answered, this node's view when it did
+// not (the hit is then counted locally and pushed once the store is back).
+// Concurrent hits are coalesced into one store call.
+//
+// Hit returns an error only when ctx ends first; the hit is counted all the
+// same.
+func (s *Syncer) Hit(ctx context.Context, w *shm.Window, key string, v float64) (strategy.Totals, error) {
+	if s.isDown() {
+		return s.hitLocal(w, key, v), nil
+	}
+	r := hitPool.Get().(*hitReq)
+	r.w, r.key, r.v = w, key, v
+	err := s.queue.addHit(r)
+	if err == nil {
+		err = await(ctx, r.done)
+	}
+	switch {
+	case errors.Is(err, errNoWorker):
+		r.release()
+		return s.hitLocal(w, key, v), nil
+	case err != nil:
+		return strategy.Totals{}, err // r is the worker's now; the GC takes it
+	}
+	res := r.res
+	r.release()
+	return res, nil
+}
+
+// hitLocal counts a hit on this node only and returns the local view.
+func (s *Syncer) hitLocal(w *shm.Window, key string, v float64) strategy.Totals {
+	s.countLocal(1)
+	var t strategy.Totals
+	_, t.Current = w.Add(key, v, s.clock.ms())
+	if p := w.Prev(); p != nil {
+		t.Previous = p.Value(key)
+	}
+	return t
+}
+
+// synchronous is the worker of synchronous mode: it sends the queued hits
+// and checks as one batch per store call, and retries the store after a
+// failure once the back-off has passed.
+func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	nextPurge := s.nextPurge()
+	purge := time.NewTicker(time.Minute)
+	defer purge.Stop()
+	for {
+		select {
+		case <-stop:
+			s.queue.close() // later callers count locally (Hit) or decide locally (Check)
+			for hits, checks := s.queue.take(); len(hits)+len(checks) > 0; hits, checks = s.queue.take() {
+				s.answerLocal(hits, checks)
+			}
+			return
+		case <-s.queue.signal:
+		case <-retry.C:
+		case <-purge.C:
+			nextPurge = s.purgeIfDue(ctx, nextPurge)
+			continue
+		}
+		s.serve(ctx)
+		if s.health.downUntil.Load() != 0 {
+			retry.Reset(s.retryIn())
+		}
+	}
+}
+
+// serve recovers from a past failure when the back-off has passed, then
+// answers the queue, one batch per turn on the lane.
+func (s *Syncer) serve(ctx context.Context) {
+	if s.lane.mu.lockCtx(ctx) {
+		if s.health.down || len(s.lane.inflight) > 0 {
+			s.recoverLocked(ctx)
+		}
+		s.lane.mu.unlock()
+	}
+	for {
+		hits, checks := s.queue.take()
+		if len(hits)+len(checks) == 0 {
+			return
+		}
+		if !s.lane.mu.lockCtx(ctx) { // halting
+			s.answerLocal(hits, checks)
+			continue
+		}
+		if s.health.down {
+			s.recoverLocked(ctx) // the back-off may have ended since the turn began
+		}
+		if len(checks) > 0 {
+			s.serveChecks(ctx, checks)
+		}
+		if len(hits) > 0 {
+			s.applyHits(ctx, hits)
+		}
+		s.lane.mu.unlock()
+	}
+}
+
+// answerLocal answers requests without the store: hits are counted on the
+// node, checks are left to the caller (ok=false).
+func (s *Syncer) answerLocal(hits []*hitReq, checks []*checkReq) {
+	for _, r := range hits {
+		r.res = s.hitLocal(r.w, r.key, r.v)
+		r.done <- struct{}{}
+	}
+	for _, r := range checks {
+		r.done <- struct{}{}
+	}
+}
+
+// recoverLocked pushes the in-flight batches and the diffs counted locally
+// while the store failed, once the back-off has passed. It pushes only:
+// fetching every held key could take longer than a synchronous call may,
+// and the next hits read their totals anyway. Callers hold lane.mu.
+func (s *Syncer) recoverLocked(ctx context.Context) {
+	if s.isDown() {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.conf.Load().Timeout)
+	defer cancel()
+	t0 := s.clock.now()
+	pushed, late, err := s.pushLocked(rctx)
+	s.report(Report{Op: "sync", Duration: s.clock.since(t0), Pushed: pushed, Late: late, Err: err})
+	if err != nil {
+		s.markDown()
+		return
+	}
+	s.markUp()
+}
+
+// applyHits sends batch to the store and answers each hit with its totals.
+// Batches in flight go first; diffs counted locally earlier ride along in
+// the same batch, before the hits (each hit's totals then include them).
+// Callers hold lane.mu.
+func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
+	if s.health.down {
+		s.answerLocal(batch, nil)
+		return
+	}
+	c := s.conf.Load()
+	hctx, cancel := context.WithTimeout(ctx, c.HitTimeout)
+	defer cancel()
+	if _, _, err := s.pushInflight(hctx); err != nil {
+		s.markDown()
+		s.answerLocal(batch, nil)
+		return
+	}
+	var diffs []strategy.Diff
+	if extra := s.takeBatch(c); extra != nil {
+		diffs = extra.Diffs
+	}
+	diffs = slices.Grow(diffs, len(batch))
+	first := len(diffs)
+	now := s.clock.ms()
+	for _, r := range batch {
+		diffs = append(diffs, strategy.Diff{
+			Namespace: c.Namespace, Key: r.key,
+			WindowStart: r.w.StartTime(), WindowSize: time.Duration(r.w.Series().Size()) * time.Millisecond,
+			Value: r.v,
+		})
+		// In flight: the view keeps it until the store's total replaces it.
+		r.c = r.w.AddTaken(r.key, r.v, now)
+	}
+	b := s.newBatch(c, diffs)
+	s.addInflight(b)
+	t0 := s.clock.now()
+	totals, err := s.pushCount(hctx, *b)
+	s.report(Report{Op: "hits", Duration: s.clock.since(t0), Pushed: len(diffs), Err: err})
+	if err != nil {
+		s.markDown()
+		s.answerInFlight(batch)
+		return
+	}
+	s.ack(b)
+	for i, r := range batch {
+		t := totals[first+i]
+		r.w.SetSynced(r.key, t.Current, false, now)
+		sr := r.w.Series()
+		if p := sr.Window(r.w.Start()-sr.Size(), true, now); p != nil {
+			p.SetSynced(r.key, t.Previous, true, now)
+		}
+		r.res = t
+		r.done <- struct{}{}
+	}
+}
+
+// answerInFlight answers hits whose push failed with the node's view, which
+// counts them (they stay in flight).
+func (s *Syncer) answerInFlight(batch []*hitReq) {
+	s.countLocal(len(batch))
+	for _, r := range batch {
+		r.res = strategy.Totals{Current: r.v}
+		if r.c != nil {
+			r.res.Current = r.c.Value()
+		}
+		if p := r.w.Prev(); p != nil {
+			r.res.Previous = p.Value(r.key)
+		}
+		r.done <- struct{}{}
+	}
+}
+
+// pushCount applies b and returns each diff's totals: in one call when the
+// strategy can, else with a push and a read.
+func (s *Syncer) pushCount(ctx context.Context, b strategy.Batch) ([]strategy.Totals, error) {
+	c := s.conf.Load()
+	if pc, ok := c.Strategy.(strategy.PushCounter); ok {
+		totals, err := pc.PushAndCount(ctx, b)
+		if err == nil && len(totals) != len(b.Diffs) {
+			err = fmt.Errorf("strategy returned %d totals for %d diffs", len(totals), len(b.Diffs))
+		}
+		s.countCall(callPush, err)
+		if err != nil {
+			return nil, fmt.Errorf("syncer: namespace %q: push batch %d: %w", c.Namespace, b.Seq, err)
+		}
+		return totals, nil
+	}
+	if err := s.send(ctx, b); err != nil {
+		return nil, err
+	}
+	counts := make(map[counterID]float64)
+	keys := make([]string, 0, len(b.Diffs))
+	var sizes []time.Duration
+	for _, d := range b.Diffs {
+		keys = append(keys, d.Key)
+		sizes = append(sizes, d.WindowSize)
+	}
+	slices.Sort(sizes)
+	q := strategy.Query{Namespace: c.Namespace, WindowSizes: slices.Compact(sizes), Now: time.UnixMilli(s.clock.ms()), Keys: keys}
+	for sc, err := range c.Strategy.GetCounters(ctx, q) {
+		if err != nil {
+			return nil, fmt.Errorf("syncer: namespace %q: get counters: %w", c.Namespace, err)
+		}
+		counts[counterID{sc.WindowSize.Milliseconds(), sc.WindowStart.UnixMilli(), sc.Key}] = sc.Count
+	}
+	totals := make([]strategy.Totals, len(b.Diffs))
+	for i, d := range b.Diffs {
+		size, start := d.WindowSize.Milliseconds(), d.WindowStart.UnixMilli()
+		totals[i] = strategy.Totals{Current: counts[counterID{size, start, d.Key}], Previous: counts[counterID{size, start - size, d.Key}]}
+	}
+	return totals, nil
+}

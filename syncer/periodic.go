@@ -1,0 +1,126 @@
+package syncer
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// loop owns the syncer's one background goroutine: the periodic loop, or the
+// synchronous worker (coalescer.go). Start starts it; halt stops it and
+// waits for it.
+type loop struct {
+	mu       sync.Mutex // first in the lock order; guards what follows
+	stop     chan struct{}
+	done     chan struct{}
+	cancel   context.CancelFunc
+	stopping atomic.Bool // halt is canceling the background work
+}
+
+// Start starts the background work of the mode: the periodic ticker, or the
+// synchronous hit worker. It does nothing when already started.
+func (s *Syncer) Start() {
+	l := &s.loop
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stop != nil {
+		return
+	}
+	rate := s.conf.Load().Rate
+	if rate < 0 {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.stop, l.done, l.cancel = make(chan struct{}), make(chan struct{}), cancel
+	if rate > 0 {
+		go s.periodic(ctx, l.stop, l.done, rate)
+	} else {
+		s.queue.open()
+		go s.synchronous(ctx, l.stop, l.done)
+	}
+}
+
+// halt stops the background work without a final sync, and waits for it:
+// an exchange under way is canceled.
+func (s *Syncer) halt() {
+	l := &s.loop
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stop == nil {
+		return
+	}
+	l.stopping.Store(true)
+	close(l.stop)
+	l.cancel()
+	<-l.done
+	l.stopping.Store(false)
+	l.stop, l.done, l.cancel = nil, nil, nil
+}
+
+// periodic is the loop of periodic mode. Each sync starts one period after
+// the previous one started, or at once when that one overran: syncs never
+// overlap or pile up.
+func (s *Syncer) periodic(ctx context.Context, stop <-chan struct{}, done chan<- struct{}, rate time.Duration) {
+	defer close(done)
+	t := time.NewTimer(rand.N(rate)) // stagger: nodes do not sync in lockstep
+	defer t.Stop()
+	nextPurge := s.nextPurge()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		t.Reset(rate) // the next sync's start, measured from this one's
+		if !s.lane.mu.lockCtx(ctx) {
+			return // halting
+		}
+		c := s.conf.Load()
+		sctx, cancel := context.WithTimeout(ctx, c.Timeout)
+		_ = s.syncLocked(sctx, "sync")
+		cancel()
+		s.lane.mu.unlock()
+		nextPurge = s.purgeIfDue(ctx, nextPurge)
+	}
+}
+
+// nextPurge returns when (Config.Clock) the next purge is due, the mean
+// interval ±25% from now; zero when the namespace never purges.
+func (s *Syncer) nextPurge() time.Time {
+	every := s.conf.Load().PurgeEvery
+	if every < 0 {
+		return time.Time{}
+	}
+	return s.clock.now().Add(every*3/4 + rand.N(every/2+1))
+}
+
+// purgeIfDue purges when next has passed and returns when the next purge
+// is due.
+func (s *Syncer) purgeIfDue(ctx context.Context, next time.Time) time.Time {
+	if next.IsZero() || !s.clock.now().After(next) {
+		return next
+	}
+	s.purge(ctx)
+	return s.nextPurge()
+}
+
+// purge asks the store to drop the namespace's windows that can no longer
+// affect a rate.
+func (s *Syncer) purge(ctx context.Context) {
+	c := s.conf.Load()
+	sizes := make([]time.Duration, 0, len(c.Series))
+	for _, sr := range c.Series {
+		sizes = append(sizes, time.Duration(sr.Size())*time.Millisecond)
+	}
+	pctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	t0 := s.clock.now()
+	err := c.Strategy.Purge(pctx, c.Namespace, sizes, time.UnixMilli(s.clock.ms()))
+	if err != nil && !errors.Is(err, context.Canceled) {
+		c.Logger.Warn("ratesync: purge failed", "namespace", c.Namespace, "err", err)
+	}
+	s.report(Report{Op: "purge", Duration: s.clock.since(t0), Err: err})
+}
