@@ -81,7 +81,10 @@ type Option func(*Instance)
 // millisecond clock (see the package README): tests pass a fake clock to
 // move time by hand; time.Now gives an exact clock at ~50-100 ns a call.
 func WithClock(now func() time.Time) Option {
-	return func(in *Instance) { in.clock = func() int64 { return now().UnixMilli() } }
+	return func(in *Instance) {
+		in.wallClock = now
+		in.clock = func() int64 { return now().UnixMilli() }
+	}
 }
 
 // WithNodeID names this node in the batches it pushes (default: the host
@@ -148,6 +151,7 @@ type Instance struct {
 	node        string       // nodeID plus a random suffix: unique per Instance
 	clock       func() int64 // Unix ms
 	coarse      bool
+	wallClock   func() time.Time // the clock of the syncers' decisions: WithClock's, else time.Now
 	logger      *slog.Logger
 	observe     func(SyncReport)
 	syncTimeout time.Duration
@@ -183,6 +187,7 @@ func NewInstance(name string, opts ...Option) *Instance {
 		processClock.acquire()
 		in.coarse = true
 		in.clock = processClock.now
+		in.wallClock = time.Now // the same timeline, at the resolution store round trips need
 	}
 	if in.nodeID == "" {
 		in.nodeID, _ = os.Hostname()
@@ -425,11 +430,10 @@ func (in *Instance) syncConfig(n *ns) syncer.Config {
 		Strategy:  n.cfg.Strategy,
 		Series:    slices.Clone(n.series),
 		Now:       in.clock,
-		// The store's failures and recoveries happen in real time: the
-		// back-off, the purge schedule and the times of Stats (which
-		// readiness compares with time.Now) run on it, whatever clock
-		// moves the windows.
-		Clock:      time.Now,
+		// The back-off, the down state, the purge schedule and the times
+		// of Stats run on the instance's clock too, so a fake clock
+		// (WithClock) drives them.
+		Clock:      in.wallClock,
 		Seq:        &in.seq,
 		Timeout:    in.syncTimeout,
 		HitTimeout: in.hitTimeout,

@@ -166,6 +166,7 @@ func TestSynchronousCountsLocallyWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("stats %+v: want the store down and local hits counted", st)
 	}
 	store.SetDown(false)
+	clk.Advance(6 * time.Second) // past the longest back-off: the instance's clock drives it
 	eventually(t, 5*time.Second, "hits counted while down reach the store", func() bool {
 		return stored(t, store, "ns", "k", t0, time.Minute) == 21
 	})
@@ -473,6 +474,7 @@ func TestSynchronousAllowDecidesLocallyWhileTheStoreIsDown(t *testing.T) {
 		t.Fatalf("decisions while down %v, want %v (local counts continue from the store's)", got, want)
 	}
 	store.SetDown(false)
+	clk.Advance(6 * time.Second) // past the longest back-off: the instance's clock drives it
 	eventually(t, 5*time.Second, "local decisions reach the store", func() bool {
 		return stored(t, store, "ns", "k", t0, time.Minute) == 5
 	})
