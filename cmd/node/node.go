@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/middleware"
-	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
 )
 
@@ -84,21 +83,7 @@ func newNode(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	for _, ns := range cfg.Namespaces {
-		nc := namespace.Config{
-			Name:         ns.Name,
-			Dict:         ns.Dict,
-			SyncRate:     time.Duration(ns.SyncRate),
-			Strategy:     st.byNamespace[ns.Name],
-			DictCapacity: ns.DictCapacity,
-			NearLimit:    ns.NearLimit,
-		}
-		for _, d := range ns.WindowSizes {
-			nc.WindowSizes = append(nc.WindowSizes, time.Duration(d))
-		}
-		if ns.Strategy == StrategyLocal {
-			nc.SyncRate = namespace.LocalOnly
-		}
-		if err := n.in.New(nc); err != nil {
+		if err := n.in.New(ns.namespaceConfig(st.byNamespace[ns.Name])); err != nil {
 			return fail(fmt.Errorf("namespace %q: %w", ns.Name, err))
 		}
 		n.nsOutcomes[ns.Name] = n.metrics.outcomes(ns.Name, "")
@@ -136,20 +121,7 @@ func (n *Node) newPolicy(pc PolicyConfig, keyOpts middleware.KeyOptions) (*polic
 		return nil, fmt.Errorf("policy %q: %w", pc.Name, err)
 	}
 	p := &policy{cfg: pc, outcomes: n.metrics.outcomes(pc.Namespace, pc.Name)}
-	mp := middleware.Policy{
-		Name:      pc.Name,
-		Namespace: pc.Namespace,
-		Key:       key,
-		Cost:      pc.Cost,
-		Penalty:   pc.Penalty,
-	}
-	if pc.OnStoreDown == "deny" {
-		mp.StoreDown = middleware.StoreDownDeny
-	}
-	for _, l := range pc.Limits {
-		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Fixed: l.Type == "fixed"})
-	}
-	lim, err := middleware.New(n.in, mp, middleware.Options{
+	lim, err := middleware.New(n.in, pc.policy(key), middleware.Options{
 		Headers:       n.headers,
 		DeniedMessage: pc.ErrorMessage,
 		MaxKeyBytes:   n.cfg.Node.MaxKeyBytes,
