@@ -297,15 +297,12 @@ func (n *Node) shutdown(servers []*http.Server) error {
 
 // close makes the final sync (Instance.Close) and closes the stores.
 func (n *Node) close(ctx context.Context) error {
-	pending, exact := n.pendingDiffs()
+	pending := n.pendingDiffs()
 	n.flushing.Store(true)
 	start := time.Now()
 	err := n.in.Close(ctx)
 	n.stores.close()
 	attrs := []any{"pending_before", pending, "flushed", n.flushed.Load(), "duration", time.Since(start).Round(time.Millisecond).String()}
-	if !exact {
-		attrs = append(attrs, "note", "a sync was running: pending_before may miss its diffs")
-	}
 	if err != nil {
 		n.log.Error("final sync failed: diffs not pushed are lost", append(attrs, "err", err)...)
 		return fmt.Errorf("final sync: %w", err)
@@ -315,21 +312,11 @@ func (n *Node) close(ctx context.Context) error {
 }
 
 // pendingDiffs sums the diffs waiting for a push and those in flight over
-// the namespaces; exact is false when a running sync hid some of them.
-func (n *Node) pendingDiffs() (total int, exact bool) {
-	for range 50 {
-		total, exact = 0, true
-		for _, st := range n.in.Stats() {
-			if st.Sync.InFlight < 0 {
-				exact = false
-				continue
-			}
-			total += st.Sync.Dirty + st.Sync.InFlightDiffs
-		}
-		if exact {
-			return total, true
-		}
-		time.Sleep(10 * time.Millisecond) // a sync is running; it ends within its timeout
+// the namespaces.
+func (n *Node) pendingDiffs() int {
+	total := 0
+	for _, st := range n.in.Stats() {
+		total += st.Sync.Dirty + st.Sync.InFlightDiffs
 	}
-	return total, false
+	return total
 }
