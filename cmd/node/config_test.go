@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -251,5 +252,40 @@ namespaces:
 	}
 	if err := redactErr(errors.New("final sync: pa55word"), cfg); strings.Contains(err.Error(), "pa55word") {
 		t.Errorf("redactErr: %v", err)
+	}
+}
+
+// The effective configuration shows the values in force, defaults filled
+// in, secrets masked.
+func TestEffectiveConfigShowsDefaults(t *testing.T) {
+	cfg := testConfig(t, `
+namespaces:
+  - name: api
+    strategy: redis
+    dict: api
+  - name: web
+    dict: api
+    dict_capacity: 5000
+  - name: other
+policies:
+  - name: p
+    namespace: api
+    limits: [{limit: 10, window: 1s}]
+`, map[string]string{EnvRedisURL: "redis://:pw@127.0.0.1:1/0"})
+	data, err := json.Marshal(cfg.Masked())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(data)
+	for _, want := range []string{
+		`"name":"api","strategy":"redis","url":"redis://:xxxxx@127.0.0.1:1/0","sync_rate":"1s","window_sizes":["1s","1m","1h"],"dict":"api","dict_capacity":5000`,
+		`"redis":{"cluster":false,"prefix":"ratesync","shards":16,"ttl_margin":"5s","lane_ttl":"24h","timeout":"5s","scan_threshold":1000,"fields_per_command":1000}`,
+		`"name":"other","strategy":"local","sync_rate":"never","window_sizes":["1s","1m","1h"],"dict":"default","dict_capacity":1000000`,
+		`"missing_key":"ip","cost":1,"penalty":false,"on_store_down":"local","error_message":"API rate limit exceeded"`,
+		`"limits":[{"limit":10,"window":"1s","type":"sliding"}],"key":["ip"]`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("effective config lacks %s:\n%s", want, out)
+		}
 	}
 }
