@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -42,14 +43,14 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		if ns.DictCapacity == 0 {
-			ns.DictCapacity = cmpOr(capacity[ns.Dict], shm.DefaultCapacity)
+			ns.DictCapacity = cmp.Or(capacity[ns.Dict], shm.DefaultCapacity)
 		}
 	}
 	for i := range c.Policies {
 		c.Policies[i].applyDefaults(func(field string) bool { return set(fmt.Sprintf("policies[%d].%s", i, field)) })
 	}
 	if g := c.Gateway; g != nil {
-		g.Listen = cmpOr(g.Listen, DefaultGatewayListen)
+		g.Listen = cmp.Or(g.Listen, DefaultGatewayListen)
 		if !set("gateway.timeout") {
 			g.Timeout = Duration(DefaultGatewayTimeout)
 		}
@@ -59,29 +60,20 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	}
 }
 
-// cmpOr returns v, or def when v is zero.
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
-}
-
 func (n *NodeConfig) applyDefaults(getenv func(string) string, set func(path string) bool) {
 	if n.ID == "" {
 		n.ID, _ = os.Hostname()
-		n.ID = cmpOr(n.ID, "node")
+		n.ID = cmp.Or(n.ID, "node")
 	}
-	n.Listen = cmpOr(n.Listen, DefaultListen)
+	n.Listen = cmp.Or(n.Listen, DefaultListen)
 	switch {
 	case n.AdminToken != "":
 		n.adminTokenFrom = "file"
 	case getenv(EnvAdminToken) != "":
 		n.AdminToken, n.adminTokenFrom = getenv(EnvAdminToken), EnvAdminToken
 	}
-	n.LogFormat = cmpOr(n.LogFormat, "text")
-	n.LogLevel = cmpOr(n.LogLevel, "info")
+	n.LogFormat = cmp.Or(n.LogFormat, "text")
+	n.LogLevel = cmp.Or(n.LogLevel, "info")
 	if !set("node.shutdown_timeout") {
 		n.ShutdownTimeout = Duration(DefaultShutdownTimeout)
 	}
@@ -94,7 +86,7 @@ func (n *NodeConfig) applyDefaults(getenv func(string) string, set func(path str
 }
 
 func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(field string) bool) {
-	ns.Strategy = cmpOr(ns.Strategy, StrategyLocal)
+	ns.Strategy = cmp.Or(ns.Strategy, StrategyLocal)
 	switch {
 	case ns.Strategy == StrategyLocal:
 		ns.SyncRate = Duration(namespace.LocalOnly)
@@ -104,7 +96,7 @@ func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(fi
 	if ns.WindowSizes == nil {
 		ns.WindowSizes = slices.Clone(DefaultWindowSizes)
 	}
-	ns.Dict = cmpOr(ns.Dict, namespace.DefaultDict)
+	ns.Dict = cmp.Or(ns.Dict, namespace.DefaultDict)
 	env := map[string]string{StrategyRedis: EnvRedisURL, StrategyPostgres: EnvPostgresURL}[ns.Strategy]
 	switch {
 	case ns.URL != "":
@@ -116,18 +108,18 @@ func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(fi
 }
 
 func (p *PolicyConfig) applyDefaults(set func(field string) bool) {
-	p.Namespace = cmpOr(p.Namespace, namespace.DefaultName)
+	p.Namespace = cmp.Or(p.Namespace, namespace.DefaultName)
 	if !set("cost") {
 		p.Cost = 1
 	}
 	if len(p.Key) == 0 {
 		p.Key = stringList{"ip"}
 	}
-	p.MissingKey = cmpOr(p.MissingKey, "ip")
-	p.OnStoreDown = cmpOr(p.OnStoreDown, "local")
-	p.ErrorMessage = cmpOr(p.ErrorMessage, middleware.DefaultDeniedMessage)
+	p.MissingKey = cmp.Or(p.MissingKey, "ip")
+	p.OnStoreDown = cmp.Or(p.OnStoreDown, "local")
+	p.ErrorMessage = cmp.Or(p.ErrorMessage, middleware.DefaultDeniedMessage)
 	for i := range p.Limits {
-		p.Limits[i].Type = cmpOr(p.Limits[i].Type, "sliding")
+		p.Limits[i].Type = cmp.Or(p.Limits[i].Type, "sliding")
 	}
 }
 
@@ -203,25 +195,10 @@ type storeInConfig struct {
 // namespace.Config (without a store).
 func (s *source) checkNamespace(path string, ns *NamespaceConfig) namespace.Config {
 	field := func(name string) string { return path + "." + name }
-	hasStore := ns.Strategy == StrategyRedis || ns.Strategy == StrategyPostgres
 	if ns.Name == "" {
 		s.report(field("name"), "required")
 	}
-	switch {
-	case ns.Strategy == StrategyLocal && s.set(field("sync_rate")):
-		s.bad(field("sync_rate"), "", "only with strategy memory, redis or postgres (a local namespace never syncs)")
-	case ns.Strategy != StrategyLocal && ns.SyncRate < 0:
-		s.bad(field("sync_rate"), "", "must be > 0 (periodic) or 0 (synchronous); use strategy local for no sync")
-	}
-	if ns.urlFrom == "file" && !hasStore {
-		s.report(field("url"), "only with strategy redis or postgres")
-	}
-	if s.set(field("redis")) && ns.Strategy != StrategyRedis {
-		s.report(field("redis"), "only with strategy redis")
-	}
-	if s.set(field("postgres")) && ns.Strategy != StrategyPostgres {
-		s.report(field("postgres"), "only with strategy postgres")
-	}
+	s.checkStrategy(path, ns)
 	for i, d := range ns.WindowSizes {
 		if slices.Index(ns.WindowSizes, d) < i {
 			s.bad(fmt.Sprintf("%s.window_sizes[%d]", path, i), "", "listed twice")
@@ -235,13 +212,34 @@ func (s *source) checkNamespace(path string, ns *NamespaceConfig) namespace.Conf
 	if err := nc.Validate(); errors.As(err, &fe) {
 		s.bad(field(fe.Key), fe.Value, fe.Allowed)
 	}
-	if hasStore {
+	if ns.Strategy == StrategyRedis || ns.Strategy == StrategyPostgres {
 		if err := checkStoreOptions(ns); err != nil {
 			s.bad(field(err.key), err.value, err.allowed)
 		}
 		s.checkStoreURL(field("url"), ns)
 	}
 	return nc
+}
+
+// checkStrategy checks the fields that depend on the namespace's
+// strategy: sync_rate, url and the store options.
+func (s *source) checkStrategy(path string, ns *NamespaceConfig) {
+	field := func(name string) string { return path + "." + name }
+	switch {
+	case ns.Strategy == StrategyLocal && s.set(field("sync_rate")):
+		s.bad(field("sync_rate"), "", "only with strategy memory, redis or postgres (a local namespace never syncs)")
+	case ns.Strategy != StrategyLocal && ns.SyncRate < 0:
+		s.bad(field("sync_rate"), "", "must be > 0 (periodic) or 0 (synchronous); use strategy local for no sync")
+	}
+	if ns.urlFrom == "file" && ns.Strategy != StrategyRedis && ns.Strategy != StrategyPostgres {
+		s.report(field("url"), "only with strategy redis or postgres")
+	}
+	if s.set(field("redis")) && ns.Strategy != StrategyRedis {
+		s.report(field("redis"), "only with strategy redis")
+	}
+	if s.set(field("postgres")) && ns.Strategy != StrategyPostgres {
+		s.report(field("postgres"), "only with strategy postgres")
+	}
 }
 
 // namespaceConfig returns the namespace.Config of ns on store st.

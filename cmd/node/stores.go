@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,23 +46,23 @@ func storeDefaults(ns *NamespaceConfig) {
 			ns.Redis = &RedisOptions{}
 		}
 		r := ns.Redis
-		r.Prefix = cmpOr(r.Prefix, redis.DefaultPrefix)
-		r.Shards = cmpOr(r.Shards, redis.DefaultShards)
-		r.TTLMargin = cmpOr(r.TTLMargin, Duration(redis.DefaultTTLMargin))
-		r.LaneTTL = cmpOr(r.LaneTTL, Duration(redis.DefaultLaneTTL))
-		r.Timeout = cmpOr(r.Timeout, Duration(redis.DefaultTimeout))
-		r.ScanThreshold = cmpOr(r.ScanThreshold, redis.DefaultScanThreshold)
-		r.FieldsPerCommand = cmpOr(r.FieldsPerCommand, redis.DefaultFieldsPerCommand)
+		r.Prefix = cmp.Or(r.Prefix, redis.DefaultPrefix)
+		r.Shards = cmp.Or(r.Shards, redis.DefaultShards)
+		r.TTLMargin = cmp.Or(r.TTLMargin, Duration(redis.DefaultTTLMargin))
+		r.LaneTTL = cmp.Or(r.LaneTTL, Duration(redis.DefaultLaneTTL))
+		r.Timeout = cmp.Or(r.Timeout, Duration(redis.DefaultTimeout))
+		r.ScanThreshold = cmp.Or(r.ScanThreshold, redis.DefaultScanThreshold)
+		r.FieldsPerCommand = cmp.Or(r.FieldsPerCommand, redis.DefaultFieldsPerCommand)
 	case StrategyPostgres:
 		if ns.Postgres == nil {
 			ns.Postgres = &PostgresOptions{}
 		}
 		p := ns.Postgres
-		p.Schema = cmpOr(p.Schema, postgres.DefaultSchema)
-		p.Table = cmpOr(p.Table, postgres.DefaultTable)
-		p.LaneTable = cmpOr(p.LaneTable, postgres.DefaultLaneTable)
-		p.PurgeBatch = cmpOr(p.PurgeBatch, postgres.DefaultPurgeBatch)
-		p.LaneTTL = cmpOr(p.LaneTTL, Duration(postgres.DefaultLaneTTL))
+		p.Schema = cmp.Or(p.Schema, postgres.DefaultSchema)
+		p.Table = cmp.Or(p.Table, postgres.DefaultTable)
+		p.LaneTable = cmp.Or(p.LaneTable, postgres.DefaultLaneTable)
+		p.PurgeBatch = cmp.Or(p.PurgeBatch, postgres.DefaultPurgeBatch)
+		p.LaneTTL = cmp.Or(p.LaneTTL, Duration(postgres.DefaultLaneTTL))
 		if pc, err := pgxpool.ParseConfig(ns.URL); p.MaxConns == 0 && ns.URL != "" && err == nil {
 			p.MaxConns = int(pc.MaxConns) // the URL's pool_max_conns, or pgxpool's default
 		}

@@ -55,28 +55,36 @@ func (s *source) decode(data []byte, cfg *Config) error {
 	return nil
 }
 
-var yamlLineRE = regexp.MustCompile(`^yaml: (?:line \d+: )?`)
+var yamlLineRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?`)
 
 // syntaxError names the line of a YAML syntax error. The parser's message
 // names the line where the enclosing block or flow collection started (a
 // bad indent on line 5 of a list item that starts on line 3 says "line 3"),
-// so the line is found again: the first line after the longest run of
-// leading lines that parses.
+// so the line is found again (faultLine).
 func (s *source) syntaxError(data []byte, err error) error {
-	msg := yamlLineRE.ReplaceAllString(err.Error(), "")
-	return fmt.Errorf("%s:%d: invalid YAML: %s", s.file, faultLine(data), msg)
+	m := yamlLineRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return fmt.Errorf("%s: invalid YAML: %w", s.file, err)
+	}
+	line, _ := strconv.Atoi(m[1])
+	if bytes.Count(data, []byte("\n")) < maxFaultSearch {
+		line = faultLine(data)
+	}
+	return fmt.Errorf("%s:%d: invalid YAML: %s", s.file, line, err.Error()[len(m[0]):])
 }
 
-// maxFaultSearch bounds the lines faultLine re-parses (quadratic work on a
-// file that is only read at start).
+// maxFaultSearch bounds the lines faultLine re-parses: the work grows with
+// their square.
 const maxFaultSearch = 5000
 
+// faultLine returns the line of the syntax error in data: the first line
+// after the longest run of leading lines that parses.
 func faultLine(data []byte) int {
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	if len(lines[len(lines)-1]) == 0 {
 		lines = lines[:len(lines)-1]
 	}
-	for k := min(len(lines), maxFaultSearch) - 1; k > 0; k-- {
+	for k := len(lines) - 1; k > 0; k-- {
 		var n yaml.Node
 		if yaml.Unmarshal(bytes.Join(lines[:k], nil), &n) == nil {
 			return k + 1
