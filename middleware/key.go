@@ -107,40 +107,54 @@ func parseSelector(s string, o KeyOptions) (KeyFunc, error) {
 	case "method":
 		return func(r *http.Request) string { return r.Method }, nil
 	case "path":
-		return func(r *http.Request) string {
-			if r.URL == nil || r.URL.Path == "" {
-				return fallback(r)
-			}
-			return r.URL.Path
-		}, nil
-	case "header", "consumer":
-		if kind == "consumer" {
-			if o.ConsumerHeader == "" {
-				return nil, fmt.Errorf("middleware: key selector %q: needs a consumer header (KeyOptions.ConsumerHeader, consumer_header in the node's config)", s)
-			}
-			name = o.ConsumerHeader
+		return pathKey(fallback), nil
+	case "consumer":
+		if o.ConsumerHeader == "" {
+			return nil, fmt.Errorf("middleware: key selector %q: needs a consumer header (KeyOptions.ConsumerHeader; gateway.consumer_header in the node's config)", s)
 		}
-		if !validHeaderName(name) {
-			return nil, fmt.Errorf("middleware: key selector %q: %q is not a valid header name", s, name)
-		}
-		canon := textproto.CanonicalMIMEHeaderKey(name)
-		return func(r *http.Request) string {
-			if v := r.Header[canon]; len(v) > 0 && v[0] != "" {
-				return v[0]
-			}
-			return fallback(r)
-		}, nil
+		return headerKey(s, o.ConsumerHeader, fallback)
+	case "header":
+		return headerKey(s, name, fallback)
 	case "query":
-		return func(r *http.Request) string {
-			if r.URL != nil {
-				if v, ok := queryValue(r.URL.RawQuery, name); ok && v != "" {
-					return v
-				}
-			}
-			return fallback(r)
-		}, nil
+		return queryKey(name, fallback), nil
 	}
 	return nil, fmt.Errorf("middleware: key selector %q: must be one of %s", s, Selectors)
+}
+
+// pathKey selects the request path.
+func pathKey(fallback KeyFunc) KeyFunc {
+	return func(r *http.Request) string {
+		if r.URL == nil || r.URL.Path == "" {
+			return fallback(r)
+		}
+		return r.URL.Path
+	}
+}
+
+// headerKey selects the first value of header name (of selector s).
+func headerKey(s, name string, fallback KeyFunc) (KeyFunc, error) {
+	if !validHeaderName(name) {
+		return nil, fmt.Errorf("middleware: key selector %q: %q is not a valid header name", s, name)
+	}
+	canon := textproto.CanonicalMIMEHeaderKey(name)
+	return func(r *http.Request) string {
+		if v := r.Header[canon]; len(v) > 0 && v[0] != "" {
+			return v[0]
+		}
+		return fallback(r)
+	}, nil
+}
+
+// queryKey selects the first value of query parameter name.
+func queryKey(name string, fallback KeyFunc) KeyFunc {
+	return func(r *http.Request) string {
+		if r.URL != nil {
+			if v, ok := queryValue(r.URL.RawQuery, name); ok && v != "" {
+				return v
+			}
+		}
+		return fallback(r)
+	}
 }
 
 func validHeaderName(s string) bool {

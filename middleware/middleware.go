@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
 )
 
@@ -140,8 +140,9 @@ type Limiter struct {
 }
 
 // New returns a Limiter of policy p on the instance's namespace. It checks
-// p against the namespace as configured now: the namespace must exist, and
-// each limit's window must be one of its window sizes.
+// p against the namespace as configured now (Policy.Validate): the
+// namespace must exist, and each limit's window must be one of its window
+// sizes.
 func New(in *ratelimiting.Instance, p Policy, o Options) (*Limiter, error) {
 	if in == nil {
 		return nil, errors.New("middleware: nil ratelimiting.Instance")
@@ -152,52 +153,21 @@ func New(in *ratelimiting.Instance, p Policy, o Options) (*Limiter, error) {
 	if p.Name == "" {
 		p.Name = p.Namespace
 	}
-	var sizes []time.Duration
-	found := false
-	for _, c := range in.Namespaces() {
-		if c.Name == p.Namespace {
-			sizes, found = c.WindowSizes, true
-		}
-	}
-	if !found {
+	nss := in.Namespaces()
+	i := slices.IndexFunc(nss, func(c namespace.Config) bool { return c.Name == p.Namespace })
+	if i < 0 {
 		return nil, fmt.Errorf("middleware: policy %q: namespace %q: %w", p.Name, p.Namespace, ratelimiting.ErrNamespaceNotFound)
 	}
-	if len(p.Limits) == 0 {
-		return nil, fmt.Errorf("middleware: policy %q: at least one limit is required", p.Name)
+	if err := p.Validate(nss[i]); err != nil {
+		return nil, err
 	}
-	l := &Limiter{in: in, p: p, o: o, key: p.Key, cost: p.Cost}
+	l := &Limiter{in: in, p: p, o: o.withDefaults(), key: p.Key, cost: p.Cost}
 	l.p.Limits = slices.Clone(p.Limits)
 	if l.cost == 0 {
 		l.cost = 1
 	}
-	if math.IsNaN(l.cost) || math.IsInf(l.cost, 0) || l.cost < 0 {
-		return nil, fmt.Errorf("middleware: policy %q: cost %v: must be a finite number > 0", p.Name, p.Cost)
-	}
-	for i, lim := range p.Limits {
-		if math.IsNaN(lim.Limit) || math.IsInf(lim.Limit, 0) || lim.Limit <= 0 {
-			return nil, fmt.Errorf("middleware: policy %q: limits[%d].limit %v: must be a finite number > 0", p.Name, i, lim.Limit)
-		}
-		if l.cost > lim.Limit {
-			return nil, fmt.Errorf("middleware: policy %q: cost %v: must be at most limits[%d].limit (%v)", p.Name, l.cost, i, lim.Limit)
-		}
-		if !slices.Contains(sizes, lim.Window) {
-			return nil, fmt.Errorf("middleware: policy %q: limits[%d].window %v: must be one of the window sizes of namespace %q: %v", p.Name, i, lim.Window, p.Namespace, sizes)
-		}
-	}
 	if l.key == nil {
 		l.key = func(r *http.Request) string { return ClientIP(r, nil) }
-	}
-	if l.o.DeniedStatus == 0 {
-		l.o.DeniedStatus = http.StatusTooManyRequests
-	}
-	if l.o.DeniedMessage == "" {
-		l.o.DeniedMessage = DefaultDeniedMessage
-	}
-	if l.o.MaxKeyBytes <= 0 {
-		l.o.MaxKeyBytes = DefaultMaxKeyBytes
-	}
-	if l.o.ErrorHandler == nil {
-		l.o.ErrorHandler = DefaultErrorHandler
 	}
 	body, _ := json.Marshal(struct {
 		Message string `json:"message"`
@@ -207,6 +177,23 @@ func New(in *ratelimiting.Instance, p Policy, o Options) (*Limiter, error) {
 		l.health = newStoreHealth(in, p.Namespace)
 	}
 	return l, nil
+}
+
+// withDefaults returns o with its zero fields set to the defaults.
+func (o Options) withDefaults() Options {
+	if o.DeniedStatus == 0 {
+		o.DeniedStatus = http.StatusTooManyRequests
+	}
+	if o.DeniedMessage == "" {
+		o.DeniedMessage = DefaultDeniedMessage
+	}
+	if o.MaxKeyBytes <= 0 {
+		o.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if o.ErrorHandler == nil {
+		o.ErrorHandler = DefaultErrorHandler
+	}
+	return o
 }
 
 // Policy returns the limiter's policy, defaults applied.

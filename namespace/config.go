@@ -57,7 +57,8 @@ type Config struct {
 // value given and what is allowed.
 type FieldError struct {
 	Namespace string
-	Field     string
+	Field     string // the Go field: "SyncRate", "WindowSizes[1]"
+	Key       string // the same field as configuration files name it: "sync_rate", "window_sizes[1]"
 	Value     string
 	Allowed   string
 }
@@ -76,42 +77,46 @@ func (c Config) Validate() error {
 	if name == "" {
 		name = DefaultName
 	}
-	bad := func(field, value, allowed string) error {
-		return &FieldError{Namespace: name, Field: field, Value: value, Allowed: allowed}
+	bad := func(field, key, value, allowed string) error {
+		return &FieldError{Namespace: name, Field: field, Key: key, Value: value, Allowed: allowed}
 	}
-	if strings.Contains(c.Name, "|") {
-		return bad("Name", fmt.Sprintf("%q", c.Name), "must not contain '|'")
-	}
-	if !utf8.ValidString(c.Name) || strings.ContainsRune(c.Name, 0) {
-		return bad("Name", fmt.Sprintf("%q", c.Name), "must be valid UTF-8 without NUL (stores keep it as text)")
-	}
-	if strings.Contains(c.Dict, "|") {
-		return bad("Dict", fmt.Sprintf("%q", c.Dict), "must not contain '|'")
-	}
-	if c.SyncRate > 0 && c.SyncRate < MinSyncRate {
-		return bad("SyncRate", c.SyncRate.String(), "must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only")
-	}
-	if c.SyncRate >= 0 && c.Strategy == nil {
-		return bad("Strategy", "nil", fmt.Sprintf("a strategy is required with SyncRate %v (>= 0); use a negative SyncRate for local-only counting", c.SyncRate))
-	}
-	if len(c.WindowSizes) == 0 {
-		return bad("WindowSizes", "[]", "at least one window size is required")
+	switch {
+	case strings.Contains(c.Name, "|"):
+		return bad("Name", "name", fmt.Sprintf("%q", c.Name), "must not contain '|'")
+	case !utf8.ValidString(c.Name) || strings.ContainsRune(c.Name, 0):
+		return bad("Name", "name", fmt.Sprintf("%q", c.Name), "must be valid UTF-8 without NUL (stores keep it as text)")
+	case strings.Contains(c.Dict, "|"):
+		return bad("Dict", "dict", fmt.Sprintf("%q", c.Dict), "must not contain '|'")
+	case c.SyncRate > 0 && c.SyncRate < MinSyncRate:
+		return bad("SyncRate", "sync_rate", c.SyncRate.String(), "must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only")
+	case c.SyncRate >= 0 && c.Strategy == nil:
+		return bad("Strategy", "strategy", "nil", fmt.Sprintf("a strategy is required with SyncRate %v (>= 0); use a negative SyncRate for local-only counting", c.SyncRate))
+	case len(c.WindowSizes) == 0:
+		return bad("WindowSizes", "window_sizes", "[]", "at least one window size is required")
+	case c.DictCapacity < 0:
+		return bad("DictCapacity", "dict_capacity", fmt.Sprint(c.DictCapacity), "must be >= 0 (0 keeps the dict's bound)")
 	}
 	for i, s := range c.WindowSizes {
 		if s <= 0 || s%time.Millisecond != 0 {
-			return bad(fmt.Sprintf("WindowSizes[%d]", i), s.String(), "must be > 0 and a whole number of milliseconds")
+			return bad(fmt.Sprintf("WindowSizes[%d]", i), fmt.Sprintf("window_sizes[%d]", i), s.String(), "must be > 0 and a whole number of milliseconds")
 		}
 	}
-	if c.NearLimit && c.SyncRate <= 0 {
-		return bad("NearLimit", "true", fmt.Sprintf("needs a periodic SyncRate (> 0), not %v: synchronous namespaces decide in the store always, local ones never", c.SyncRate))
+	return c.validateNearLimit(bad)
+}
+
+// validateNearLimit checks NearLimit against the sync mode and the store.
+func (c Config) validateNearLimit(bad func(field, key, value, allowed string) error) error {
+	if !c.NearLimit {
+		return nil
 	}
-	if c.NearLimit {
-		if _, ok := c.Strategy.(strategy.Checker); !ok {
-			return bad("NearLimit", "true", fmt.Sprintf("needs a Strategy that implements strategy.Checker; %T does not", c.Strategy))
-		}
+	switch {
+	case c.SyncRate < 0:
+		return bad("NearLimit", "near_limit", "true", "needs a periodic SyncRate (> 0) and a store; this namespace is local only, and local namespaces never ask the store")
+	case c.SyncRate == 0:
+		return bad("NearLimit", "near_limit", "true", "needs a periodic SyncRate (> 0); this namespace is synchronous, and synchronous namespaces always decide in the store")
 	}
-	if c.DictCapacity < 0 {
-		return bad("DictCapacity", fmt.Sprint(c.DictCapacity), "must be >= 0 (0 keeps the dict's bound)")
+	if _, ok := c.Strategy.(strategy.Checker); !ok {
+		return bad("NearLimit", "near_limit", "true", fmt.Sprintf("needs a Strategy that implements strategy.Checker; %T does not", c.Strategy))
 	}
 	return nil
 }

@@ -152,6 +152,7 @@ func TestCheckBadInput(t *testing.T) {
 		{"unknown limit field", "", `{"key":"k","limits":[{"limit":1,"window":"1s","burst":3}]}`, 400, "limits[0].burst", "unknown field"},
 		{"missing key", "", `{` + lim + `}`, 400, "key", "required"},
 		{"key not a string", "", `{"key":42,` + lim + `}`, 400, "key", "must be a string"},
+		{"null number beside a bad field", "", `{"cost":null,"key":"k","limits":"x"}`, 400, "limits", "must be a list"},
 		{"key too long", "", `{"key":"` + strings.Repeat("k", 65) + `",` + lim + `}`, 400, "key", "65 bytes: must be at most 64"},
 		{"negative cost", "", `{"key":"k","cost":-1,` + lim + `}`, 400, "cost", "must be >= 0"},
 		{"NaN cost", "", `{"key":"k","cost":"NaN",` + lim + `}`, 400, "cost", "must be a number"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"strings"
@@ -149,30 +150,30 @@ policies:
 		{"limit type", "policies:\n  - name: a\n    limits: [{limit: 1, window: 1s, type: leaky}]\n", nil, `policies[0].limits[0].type: "leaky": must be one of sliding, fixed`},
 		{"no limits", "policies:\n  - name: a\n", nil, `test.yaml:2: policies[0].limits: required`},
 		{"too many limits", "policies:\n  - name: a\n    limits: [" + strings.Repeat("{limit: 1, window: 1s},", 17) + "]\n", nil, `policies[0].limits: 17 limits: at most 16`},
-		{"cost above a limit", "policies:\n  - name: a\n    cost: 5\n    limits: [{limit: 2, window: 1s}]\n", nil, `policies[0].cost: 5: must be at most limits[0].limit (2)`},
+		{"cost above a limit", "policies:\n  - name: a\n    cost: 5\n    limits: [{limit: 2, window: 1s}]\n", nil, `test.yaml:3: policies[0].cost: "5": must be at most limits[0].limit (2)`},
 		{"unknown namespace", "policies:\n  - name: a\n    namespace: nope\n    limits: [{limit: 1, window: 1s}]\n", nil, `test.yaml:3: policies[0].namespace: "nope": no such namespace (namespaces: default)`},
 		{"duplicate policy", "policies:\n  - {name: a, limits: [{limit: 1, window: 1s}]}\n  - {name: a, limits: [{limit: 1, window: 1s}]}\n", nil, `test.yaml:3: policies[1].name: "a": another policy has this name`},
 		{"bad key selector", "policies:\n  - name: a\n    key: cookie\n    limits: [{limit: 1, window: 1s}]\n", nil, `test.yaml:3: policies[0].key: key selector "cookie": must be one of`},
-		{"consumer without header", "policies:\n  - name: a\n    key: consumer\n    limits: [{limit: 1, window: 1s}]\n", nil, `policies[0].key: consumer: needs gateway.consumer_header`},
+		{"consumer without header", "policies:\n  - name: a\n    key: consumer\n    limits: [{limit: 1, window: 1s}]\n", nil, `test.yaml:3: policies[0].key: key selector "consumer": needs a consumer header (KeyOptions.ConsumerHeader; gateway.consumer_header in the node's config)`},
 		{"missing_key", "policies:\n  - name: a\n    missing_key: anon\n    limits: [{limit: 1, window: 1s}]\n", nil, `policies[0].missing_key: "anon": must be one of ip, empty`},
-		{"deny on a local namespace", "policies:\n  - name: a\n    on_store_down: deny\n    limits: [{limit: 1, window: 1s}]\n", nil, `policies[0].on_store_down: deny: namespace "default" has no store`},
+		{"deny on a local namespace", "policies:\n  - name: a\n    on_store_down: deny\n    limits: [{limit: 1, window: 1s}]\n", nil, `test.yaml:3: policies[0].on_store_down: "deny": namespace "default" has no store`},
 		{"strategy", "namespaces:\n  - name: x\n    strategy: etcd\n", nil, `test.yaml:3: namespaces[0].strategy: "etcd": must be one of local, memory, redis, postgres`},
 		{"namespace without name", "namespaces:\n  - strategy: local\n", nil, `test.yaml:2: namespaces[0].name: required`},
 		{"sync_rate on local", "namespaces:\n  - name: x\n    sync_rate: 1s\n", nil, `test.yaml:3: namespaces[0].sync_rate: "1s": only with strategy memory, redis or postgres`},
 		{"negative sync_rate", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: -1s\n", nil, `namespaces[0].sync_rate: "-1s": must be > 0 (periodic) or 0 (synchronous)`},
 		{"redis without url", "namespaces:\n  - name: x\n    strategy: redis\n", nil, `test.yaml:2: namespaces[0].url: required with strategy redis (or set RATESYNC_REDIS_URL)`},
-		{"bad redis url from env", "namespaces:\n  - name: x\n    strategy: redis\n", map[string]string{EnvRedisURL: "http://u:hunter2@h/"}, `namespaces[0].url (from RATESYNC_REDIS_URL): http://u:xxxxx@h/: not a Redis URL`},
+		{"bad redis url from env", "namespaces:\n  - name: x\n    strategy: redis\n", map[string]string{EnvRedisURL: "http://u:hunter2@h/"}, `test.yaml:2: namespaces[0].url (from RATESYNC_REDIS_URL): "http://u:xxxxx@h/": not a Redis URL`},
 		{"url on local", "namespaces:\n  - name: x\n    url: redis://h/0\n", nil, `namespaces[0].url: only with strategy redis or postgres`},
 		{"redis options on memory", "namespaces:\n  - name: x\n    strategy: memory\n    redis: {prefix: p}\n", nil, `namespaces[0].redis: only with strategy redis`},
 		{"duplicate namespace", "namespaces:\n  - name: x\n  - name: x\n", nil, `test.yaml:3: namespaces[1].name: "x": another namespace has this name`},
 		{"window size zero", "namespaces:\n  - name: x\n    window_sizes: [0s]\n", nil, `test.yaml:3: namespaces[0].window_sizes[0]: "0s": must be > 0`},
 		{"window size twice", "namespaces:\n  - name: x\n    window_sizes: [1s, 1s]\n", nil, `namespaces[0].window_sizes[1]: "1s": listed twice`},
-		{"near_limit on local", "namespaces:\n  - name: x\n    near_limit: true\n", nil, `test.yaml:3: namespaces[0].near_limit: "true": needs a store and a periodic sync_rate`},
-		{"near_limit synchronous", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: 0\n    near_limit: true\n", nil, `test.yaml:5: namespaces[0].near_limit: "true": needs a store`},
-		{"dict capacity", "namespaces:\n  - name: x\n    dict_capacity: -5\n", nil, `namespaces[0].dict_capacity: "-5": must be at least 0`},
+		{"near_limit on local", "namespaces:\n  - name: x\n    near_limit: true\n", nil, `test.yaml:3: namespaces[0].near_limit: "true": needs a periodic SyncRate (> 0) and a store`},
+		{"near_limit synchronous", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: 0\n    near_limit: true\n", nil, `test.yaml:5: namespaces[0].near_limit: "true": needs a periodic SyncRate (> 0)`},
+		{"dict capacity", "namespaces:\n  - name: x\n    dict_capacity: -5\n", nil, `test.yaml:3: namespaces[0].dict_capacity: "-5": must be >= 0`},
 		{"pipe in name", "namespaces:\n  - name: a|b\n", nil, `namespaces[0].name: "a|b": must not contain '|'`},
-		{"postgres table", "namespaces:\n  - name: x\n    strategy: postgres\n    url: postgres://h/db\n    postgres: {table: Counters}\n", nil, `namespaces[0].postgres.table: "Counters": must be a lowercase SQL identifier`},
-		{"redis shards", "namespaces:\n  - name: x\n    strategy: redis\n    redis: {shards: 0}\n", redis, `namespaces[0].redis.shards: "0": must be at least 1`},
+		{"postgres table", "namespaces:\n  - name: x\n    strategy: postgres\n    url: postgres://h/db\n    postgres: {table: Counters}\n", nil, `test.yaml:5: namespaces[0].postgres.table: "Counters": must match ^[a-z_][a-z0-9_]*$ and be at most 52 bytes`},
+		{"redis shards", "namespaces:\n  - name: x\n    strategy: redis\n    redis: {shards: 5000}\n", redis, `test.yaml:4: namespaces[0].redis.shards: "5000": must be 0 (default 16) or 1 to 1024`},
 		{"listen", "node:\n  listen: localhost\n", nil, `test.yaml:2: node.listen: "localhost": must be host:port`},
 		{"log format", "node:\n  log_format: xml\n", nil, `node.log_format: "xml": must be one of text, json`},
 		{"body limit", "node:\n  max_body_bytes: 10\n", nil, `node.max_body_bytes: "10": must be at least 256`},
@@ -187,7 +188,7 @@ policies:
 		{"same listener", "node:\n  listen: 127.0.0.1:1\ngateway:\n  upstream: http://x\n  listen: 127.0.0.1:1\n", nil, `gateway.listen: "127.0.0.1:1": must differ from node.listen`},
 		{"not a mapping", "- a\n- b\n", nil, `test.yaml:1: (top level): must be a mapping`},
 		{"list expected", "namespaces: {name: x}\n", nil, `test.yaml:1: namespaces: must be a list`},
-		{"yaml syntax", "node: [\n", nil, `test.yaml: yaml:`},
+		{"yaml syntax", "node: [\n", nil, `test.yaml:1: invalid YAML: did not find expected node content`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -218,6 +219,7 @@ func TestMaskURL(t *testing.T) {
 		{"postgres://db/x?password=hunter2&sslmode=require", "postgres://db/x?password=xxxxx&sslmode=require"},
 		{"host=db user=app password=hunter2 dbname=x", "host=db user=app password=xxxxx dbname=x"},
 		{"host=db password='a b' dbname=x", "host=db password=xxxxx dbname=x"},
+		{"postgres://u:pw@h:notaport/db", "postgres://u:xxxxx@h:notaport/db"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -250,5 +252,40 @@ namespaces:
 	}
 	if err := redactErr(errors.New("final sync: pa55word"), cfg); strings.Contains(err.Error(), "pa55word") {
 		t.Errorf("redactErr: %v", err)
+	}
+}
+
+// The effective configuration shows the values in force, defaults filled
+// in, secrets masked.
+func TestEffectiveConfigShowsDefaults(t *testing.T) {
+	cfg := testConfig(t, `
+namespaces:
+  - name: api
+    strategy: redis
+    dict: api
+  - name: web
+    dict: api
+    dict_capacity: 5000
+  - name: other
+policies:
+  - name: p
+    namespace: api
+    limits: [{limit: 10, window: 1s}]
+`, map[string]string{EnvRedisURL: "redis://:pw@127.0.0.1:1/0"})
+	data, err := json.Marshal(cfg.Masked())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := string(data)
+	for _, want := range []string{
+		`"name":"api","strategy":"redis","url":"redis://:xxxxx@127.0.0.1:1/0","sync_rate":"1s","window_sizes":["1s","1m","1h"],"dict":"api","dict_capacity":5000`,
+		`"redis":{"cluster":false,"prefix":"ratesync","shards":16,"ttl_margin":"5s","lane_ttl":"24h","timeout":"5s","scan_threshold":1000,"fields_per_command":1000}`,
+		`"name":"other","strategy":"local","sync_rate":"never","window_sizes":["1s","1m","1h"],"dict":"default","dict_capacity":1000000`,
+		`"missing_key":"ip","cost":1,"penalty":false,"on_store_down":"local","error_message":"API rate limit exceeded"`,
+		`"limits":[{"limit":10,"window":"1s","type":"sliding"}],"key":["ip"]`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("effective config lacks %s:\n%s", want, out)
+		}
 	}
 }

@@ -1,177 +1,414 @@
 package main
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ratesync/ratesync/middleware"
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/strategy"
 )
 
 // applyDefaults fills in what the file left out, secrets from the
-// environment included.
-func (c *Config) applyDefaults(getenv func(string) string) {
-	n := &c.Node
-	if n.ID == "" {
-		n.ID, _ = os.Hostname()
-		if n.ID == "" {
-			n.ID = "node"
-		}
-	}
-	if n.Listen == "" {
-		n.Listen = DefaultListen
-	}
-	if n.AdminToken == "" {
-		if n.AdminToken = getenv(EnvAdminToken); n.AdminToken != "" {
-			n.adminTokenFrom = EnvAdminToken
-		}
-	}
-	if n.LogFormat == "" {
-		n.LogFormat = "text"
-	}
-	if n.LogLevel == "" {
-		n.LogLevel = "info"
-	}
-	if n.ShutdownTimeout == 0 {
-		n.ShutdownTimeout = Duration(DefaultShutdownTimeout)
-	}
-	if n.MaxBodyBytes == 0 {
-		n.MaxBodyBytes = DefaultMaxBodyBytes
-	}
-	if n.MaxKeyBytes == 0 {
-		n.MaxKeyBytes = DefaultMaxKeyBytes
-	}
+// environment included: the effective configuration shows the values in
+// force. set reports whether the file gives a field (by path) a value; a
+// value the file gives is kept, and validated, even when it is zero.
+func (c *Config) applyDefaults(getenv func(string) string, set func(path string) bool) {
+	c.Node.applyDefaults(getenv, set)
 	if c.Headers.Families == nil {
 		c.Headers.Families = []string{"ratelimit", "x-ratelimit"}
 	}
 	if len(c.Namespaces) == 0 {
-		c.Namespaces = []NamespaceConfig{{Name: "default", Strategy: StrategyLocal, SyncRate: -1}}
+		c.Namespaces = []NamespaceConfig{{Name: "default"}}
+	}
+	capacity := map[string]int{} // of each dict: the last capacity set wins
+	for i := range c.Namespaces {
+		ns := &c.Namespaces[i]
+		ns.applyDefaults(getenv, func(field string) bool { return set(fmt.Sprintf("namespaces[%d].%s", i, field)) })
+		if ns.DictCapacity != 0 {
+			capacity[ns.Dict] = ns.DictCapacity
+		}
 	}
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
-		if ns.WindowSizes == nil {
-			ns.WindowSizes = slices.Clone(DefaultWindowSizes)
-		}
-		slices.Sort(ns.WindowSizes)
-		env := map[string]string{StrategyRedis: EnvRedisURL, StrategyPostgres: EnvPostgresURL}[ns.Strategy]
-		if ns.URL == "" && env != "" {
-			if ns.URL = getenv(env); ns.URL != "" {
-				ns.urlFrom = env
-			}
+		if ns.DictCapacity == 0 {
+			ns.DictCapacity = cmp.Or(capacity[ns.Dict], shm.DefaultCapacity)
 		}
 	}
 	for i := range c.Policies {
-		p := &c.Policies[i]
-		if p.Namespace == "" {
-			p.Namespace = "default"
-		}
-		if p.Cost == 0 {
-			p.Cost = 1
-		}
-		if len(p.Key) == 0 {
-			p.Key = []string{"ip"}
-		}
-		if p.MissingKey == "" {
-			p.MissingKey = "ip"
-		}
-		if p.OnStoreDown == "" {
-			p.OnStoreDown = "local"
-		}
+		c.Policies[i].applyDefaults(func(field string) bool { return set(fmt.Sprintf("policies[%d].%s", i, field)) })
 	}
 	if g := c.Gateway; g != nil {
-		if g.Listen == "" {
-			g.Listen = DefaultGatewayListen
-		}
-		if g.Timeout == 0 {
+		g.Listen = cmp.Or(g.Listen, DefaultGatewayListen)
+		if !set("gateway.timeout") {
 			g.Timeout = Duration(DefaultGatewayTimeout)
 		}
-		if g.ConnectTimeout == 0 {
+		if !set("gateway.connect_timeout") {
 			g.ConnectTimeout = Duration(DefaultConnectTimeout)
 		}
 	}
 }
 
-func (w *walker) failAt(line int, path, msg string) {
-	if w.file == "" {
-		w.errs = append(w.errs, fmt.Errorf("%s: %s", path, msg))
-		return
+func (n *NodeConfig) applyDefaults(getenv func(string) string, set func(path string) bool) {
+	if n.ID == "" {
+		n.ID, _ = os.Hostname()
+		n.ID = cmp.Or(n.ID, "node")
 	}
-	w.errs = append(w.errs, fmt.Errorf("%s:%d: %s: %s", w.file, line, path, msg))
+	n.Listen = cmp.Or(n.Listen, DefaultListen)
+	switch {
+	case n.AdminToken != "":
+		n.adminTokenFrom = "file"
+	case getenv(EnvAdminToken) != "":
+		n.AdminToken, n.adminTokenFrom = getenv(EnvAdminToken), EnvAdminToken
+	}
+	n.LogFormat = cmp.Or(n.LogFormat, "text")
+	n.LogLevel = cmp.Or(n.LogLevel, "info")
+	if !set("node.shutdown_timeout") {
+		n.ShutdownTimeout = Duration(DefaultShutdownTimeout)
+	}
+	if !set("node.max_body_bytes") {
+		n.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if !set("node.max_key_bytes") {
+		n.MaxKeyBytes = DefaultMaxKeyBytes
+	}
 }
 
-// validate checks what spans sections: names unique, references resolve,
-// limits fit their namespace, store URLs parse.
-func (w *walker) validate(c *Config) {
-	nsByName := map[string]*NamespaceConfig{}
+func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(field string) bool) {
+	ns.Strategy = cmp.Or(ns.Strategy, StrategyLocal)
+	switch {
+	case ns.Strategy == StrategyLocal:
+		ns.SyncRate = Duration(namespace.LocalOnly)
+	case !set("sync_rate"):
+		ns.SyncRate = Duration(DefaultSyncRate)
+	}
+	if ns.WindowSizes == nil {
+		ns.WindowSizes = slices.Clone(DefaultWindowSizes)
+	}
+	ns.Dict = cmp.Or(ns.Dict, namespace.DefaultDict)
+	env := map[string]string{StrategyRedis: EnvRedisURL, StrategyPostgres: EnvPostgresURL}[ns.Strategy]
+	switch {
+	case ns.URL != "":
+		ns.urlFrom = "file"
+	case env != "" && getenv(env) != "":
+		ns.URL, ns.urlFrom = getenv(env), env
+	}
+	storeDefaults(ns)
+}
+
+func (p *PolicyConfig) applyDefaults(set func(field string) bool) {
+	p.Namespace = cmp.Or(p.Namespace, namespace.DefaultName)
+	if !set("cost") {
+		p.Cost = 1
+	}
+	if len(p.Key) == 0 {
+		p.Key = stringList{"ip"}
+	}
+	p.MissingKey = cmp.Or(p.MissingKey, "ip")
+	p.OnStoreDown = cmp.Or(p.OnStoreDown, "local")
+	p.ErrorMessage = cmp.Or(p.ErrorMessage, middleware.DefaultDeniedMessage)
+	for i := range p.Limits {
+		p.Limits[i].Type = cmp.Or(p.Limits[i].Type, "sliding")
+	}
+}
+
+// validate checks the configuration, defaults applied, and reports every
+// error with the file, line and field. The rules of a namespace are
+// namespace.Config.Validate's, those of a store its Config's Validate,
+// those of a policy middleware.Policy.Validate's; the node's own are about
+// its file: required fields, references between sections, its listeners
+// and the values its API accepts.
+func (s *source) validate(c *Config) error {
+	s.checkNode(&c.Node)
+	nss := map[string]namespace.Config{}
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		path := fmt.Sprintf("namespaces[%d]", i)
-		if nsByName[ns.Name] != nil {
-			w.failAt(ns.line, path+".name", strconv.Quote(ns.Name)+": another namespace has this name")
+		if _, dup := nss[ns.Name]; dup && ns.Name != "" {
+			s.reportValue(path+".name", ns.Name, "another namespace has this name")
 		}
-		nsByName[ns.Name] = ns
-		if ns.Strategy != StrategyRedis && ns.Strategy != StrategyPostgres {
-			continue
-		}
-		env := map[string]string{StrategyRedis: EnvRedisURL, StrategyPostgres: EnvPostgresURL}[ns.Strategy]
-		switch {
-		case ns.URL == "":
-			w.failAt(ns.line, path+".url", fmt.Sprintf("required with strategy %s (or set %s)", ns.Strategy, env))
-		default:
-			if err := checkStoreURL(ns); err != nil {
-				where := path + ".url"
-				if ns.urlFrom != "file" {
-					where += " (from " + ns.urlFrom + ")"
-				}
-				w.failAt(ns.line, where, maskURL(ns.URL)+": "+maskSecrets(err.Error(), ns.URL))
-			}
-		}
+		nss[ns.Name] = s.checkNamespace(path, ns)
 	}
 	var consumer string
 	if c.Gateway != nil {
 		consumer = c.Gateway.ConsumerHeader
+		s.checkGateway(c.Gateway, c.Node.Listen)
 	}
-	policies := map[string]bool{}
+	names := map[string]bool{}
 	for i := range c.Policies {
 		p := &c.Policies[i]
 		path := fmt.Sprintf("policies[%d]", i)
-		if policies[p.Name] {
-			w.failAt(p.line, path+".name", strconv.Quote(p.Name)+": another policy has this name")
+		if names[p.Name] {
+			s.reportValue(path+".name", p.Name, "another policy has this name")
 		}
-		policies[p.Name] = true
-		ns := nsByName[p.Namespace]
-		if ns == nil {
-			w.failAt(p.nsLine, path+".namespace", fmt.Sprintf("%q: no such namespace (namespaces: %s)", p.Namespace, nsNames(c)))
+		names[p.Name] = true
+		s.checkPolicy(path, p, nss, nsNames(c), consumer)
+	}
+	if c.Gateway != nil {
+		for i, r := range c.Gateway.Routes {
+			if r.Policy != "" && !names[r.Policy] {
+				s.reportValue(fmt.Sprintf("gateway.routes[%d].policy", i), r.Policy, "no such policy")
+			}
+		}
+	}
+	return errors.Join(s.errs...)
+}
+
+func (s *source) checkNode(n *NodeConfig) {
+	if s.set("node.listen") {
+		if err := checkHostPort(n.Listen); err != nil {
+			s.reportValue("node.listen", n.Listen, err.Error())
+		}
+	}
+	if n.ShutdownTimeout <= 0 {
+		s.bad("node.shutdown_timeout", "", "must be > 0")
+	}
+	if n.MaxBodyBytes < 256 {
+		s.bad("node.max_body_bytes", "", "must be at least 256")
+	}
+	if n.MaxKeyBytes < 1 {
+		s.bad("node.max_key_bytes", "", "must be at least 1")
+	}
+}
+
+// storeInConfig stands for a namespace's store while the configuration is
+// checked, before any store is opened: namespace.Config.Validate needs a
+// strategy, and every store the node opens decides checks in the store
+// (stores.go asserts that each implements strategy.Checker).
+type storeInConfig struct {
+	strategy.Strategy
+	strategy.Checker
+}
+
+// checkNamespace checks the namespace at path and returns its
+// namespace.Config (without a store).
+func (s *source) checkNamespace(path string, ns *NamespaceConfig) namespace.Config {
+	field := func(name string) string { return path + "." + name }
+	if ns.Name == "" {
+		s.report(field("name"), "required")
+	}
+	s.checkStrategy(path, ns)
+	for i, d := range ns.WindowSizes {
+		if slices.Index(ns.WindowSizes, d) < i {
+			s.bad(fmt.Sprintf("%s.window_sizes[%d]", path, i), "", "listed twice")
+		}
+	}
+	nc := ns.namespaceConfig(nil)
+	if ns.Strategy != StrategyLocal {
+		nc.Strategy = storeInConfig{}
+	}
+	var fe *namespace.FieldError
+	if err := nc.Validate(); errors.As(err, &fe) {
+		s.bad(field(fe.Key), fe.Value, fe.Allowed)
+	}
+	if ns.Strategy == StrategyRedis || ns.Strategy == StrategyPostgres {
+		if err := checkStoreOptions(ns); err != nil {
+			s.bad(field(err.key), err.value, err.allowed)
+		}
+		s.checkStoreURL(field("url"), ns)
+	}
+	return nc
+}
+
+// checkStrategy checks the fields that depend on the namespace's
+// strategy: sync_rate, url and the store options.
+func (s *source) checkStrategy(path string, ns *NamespaceConfig) {
+	field := func(name string) string { return path + "." + name }
+	switch {
+	case ns.Strategy == StrategyLocal && s.set(field("sync_rate")):
+		s.bad(field("sync_rate"), "", "only with strategy memory, redis or postgres (a local namespace never syncs)")
+	case ns.Strategy != StrategyLocal && ns.SyncRate < 0:
+		s.bad(field("sync_rate"), "", "must be > 0 (periodic) or 0 (synchronous); use strategy local for no sync")
+	}
+	if ns.urlFrom == "file" && ns.Strategy != StrategyRedis && ns.Strategy != StrategyPostgres {
+		s.report(field("url"), "only with strategy redis or postgres")
+	}
+	if s.set(field("redis")) && ns.Strategy != StrategyRedis {
+		s.report(field("redis"), "only with strategy redis")
+	}
+	if s.set(field("postgres")) && ns.Strategy != StrategyPostgres {
+		s.report(field("postgres"), "only with strategy postgres")
+	}
+}
+
+// namespaceConfig returns the namespace.Config of ns on store st.
+func (ns *NamespaceConfig) namespaceConfig(st strategy.Strategy) namespace.Config {
+	nc := namespace.Config{
+		Name:         ns.Name,
+		Dict:         ns.Dict,
+		SyncRate:     time.Duration(ns.SyncRate),
+		Strategy:     st,
+		DictCapacity: ns.DictCapacity,
+		NearLimit:    ns.NearLimit,
+	}
+	for _, d := range ns.WindowSizes {
+		nc.WindowSizes = append(nc.WindowSizes, time.Duration(d))
+	}
+	return nc
+}
+
+// checkStoreURL checks the URL of a namespace with a store; an error
+// names the url field, or the environment variable it came from.
+func (s *source) checkStoreURL(path string, ns *NamespaceConfig) {
+	if ns.URL == "" {
+		env := map[string]string{StrategyRedis: EnvRedisURL, StrategyPostgres: EnvPostgresURL}[ns.Strategy]
+		s.report(path, fmt.Sprintf("required with strategy %s (or set %s)", ns.Strategy, env))
+		return
+	}
+	if err := checkStoreURL(ns); err != nil {
+		label := path
+		if ns.urlFrom != "file" {
+			label += " (from " + ns.urlFrom + ")"
+		}
+		s.reportAs(path, label, strconv.Quote(maskURL(ns.URL))+": "+maskSecrets(err.Error(), ns.URL))
+	}
+}
+
+// checkPolicy checks the policy at path against its namespace.
+func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namespace.Config, known, consumer string) {
+	field := func(name string) string { return path + "." + name }
+	if p.Name == "" {
+		s.report(field("name"), "required")
+	}
+	switch {
+	case !s.set(field("limits")):
+		s.report(field("limits"), "required: at least one {limit, window}")
+	case len(p.Limits) > MaxLimits:
+		s.report(field("limits"), fmt.Sprintf("%d limits: at most %d", len(p.Limits), MaxLimits))
+	}
+	ok := s.checkNumber(field("cost"), p.Cost)
+	for j, l := range p.Limits {
+		lim := fmt.Sprintf("%s.limits[%d]", path, j)
+		switch {
+		case !s.set(lim + ".limit"):
+			s.report(lim+".limit", "required: hits allowed per window, > 0")
+			ok = false
+		case !s.checkNumber(lim+".limit", l.Limit):
+			ok = false
+		}
+		if !s.set(lim + ".window") {
+			s.report(lim+".window", "required: a duration like 1s, 1m, 1h")
+			ok = false
+		}
+	}
+	opts := middleware.KeyOptions{ConsumerHeader: consumer}
+	if _, err := middleware.ParseKey(p.Key, opts); err != nil {
+		s.report(field("key"), strings.TrimPrefix(err.Error(), "middleware: "))
+	}
+	ns, found := nss[p.Namespace]
+	if !found {
+		s.reportValue(field("namespace"), p.Namespace, "no such namespace (namespaces: "+known+")")
+		return
+	}
+	var pe *middleware.PolicyError
+	if err := p.policy(nil).Validate(ns); ok && errors.As(err, &pe) {
+		s.bad(field(pe.Key), pe.Value, pe.Allowed)
+	}
+}
+
+// checkNumber checks a limit or a cost: the numbers the node's API accepts.
+func (s *source) checkNumber(path string, v float64) bool {
+	if v <= 0 || v > maxNumber {
+		s.bad(path, formatNumber(v), fmt.Sprintf("must be > 0 and at most %g", float64(maxNumber)))
+		return false
+	}
+	return true
+}
+
+// policy returns the middleware.Policy of p, selecting keys with key.
+func (p *PolicyConfig) policy(key middleware.KeyFunc) middleware.Policy {
+	mp := middleware.Policy{
+		Name:      p.Name,
+		Namespace: p.Namespace,
+		Key:       key,
+		Cost:      p.Cost,
+		Penalty:   p.Penalty,
+	}
+	if p.OnStoreDown == "deny" {
+		mp.StoreDown = middleware.StoreDownDeny
+	}
+	for _, l := range p.Limits {
+		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Fixed: l.Type == "fixed"})
+	}
+	return mp
+}
+
+func (s *source) checkGateway(g *GatewayConfig, nodeListen string) {
+	if !s.set("gateway.upstream") {
+		s.report("gateway.upstream", "required: the URL requests are proxied to")
+	} else if u, err := url.Parse(g.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		s.reportValue("gateway.upstream", maskURL(g.Upstream), "must be an http:// or https:// URL with a host")
+	} else {
+		g.upstream = u
+	}
+	if err := checkHostPort(g.Listen); err != nil {
+		s.reportValue("gateway.listen", g.Listen, err.Error())
+	} else if g.Listen == nodeListen {
+		s.reportValue("gateway.listen", g.Listen, "must differ from node.listen")
+	}
+	for _, f := range []struct {
+		name string
+		d    Duration
+	}{{"gateway.timeout", g.Timeout}, {"gateway.connect_timeout", g.ConnectTimeout}} {
+		if f.d <= 0 {
+			s.bad(f.name, "", "must be > 0")
+		}
+	}
+	for i, p := range g.TrustedProxies {
+		pfx, err := parsePrefix(p)
+		if err != nil {
+			s.reportValue(fmt.Sprintf("gateway.trusted_proxies[%d]", i), p, "must be an IP address or a CIDR like 10.0.0.0/8")
 			continue
 		}
-		for j, l := range p.Limits {
-			if l.Window > 0 && !slices.Contains(ns.WindowSizes, l.Window) {
-				w.failAt(l.line, fmt.Sprintf("%s.limits[%d].window", path, j), fmt.Sprintf("%q: must be one of the window sizes of namespace %q: %s", middleware.FormatWindow(time.Duration(l.Window)), ns.Name, formatSizes(ns.WindowSizes)))
-			}
-		}
-		if p.OnStoreDown == "deny" && ns.Strategy == StrategyLocal {
-			w.failAt(p.line, path+".on_store_down", fmt.Sprintf("deny: namespace %q has no store (strategy local)", ns.Name))
-		}
-		if slices.Contains(p.Key, "consumer") && consumer == "" {
-			w.failAt(p.line, path+".key", "consumer: needs gateway.consumer_header, the header naming the consumer")
+		g.trusted = append(g.trusted, pfx)
+	}
+	for i, r := range g.Routes {
+		s.checkRoute(fmt.Sprintf("gateway.routes[%d]", i), r)
+	}
+}
+
+func (s *source) checkRoute(path string, r RouteConfig) {
+	switch {
+	case r.Path == "":
+		s.report(path+".path", "required: a path prefix like /api/")
+	case !strings.HasPrefix(r.Path, "/"):
+		s.reportValue(path+".path", r.Path, "must start with /")
+	}
+	for i, m := range r.Methods {
+		if m == "" || strings.ToUpper(m) != m || !validToken(m) {
+			s.reportValue(fmt.Sprintf("%s.methods[%d]", path, i), m, "must be an upper-case HTTP method like GET")
 		}
 	}
-	if g := c.Gateway; g != nil {
-		if g.Listen == c.Node.Listen {
-			w.failAt(0, "gateway.listen", strconv.Quote(g.Listen)+": must differ from node.listen")
-		}
-		for i, r := range g.Routes {
-			if r.Policy != "" && !policies[r.Policy] {
-				w.failAt(r.policyLine, fmt.Sprintf("gateway.routes[%d].policy", i), strconv.Quote(r.Policy)+": no such policy")
-			}
-		}
+	if r.Policy == "" {
+		s.report(path+".policy", "required: the name of a policy")
 	}
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, err
+		}
+		return netip.PrefixFrom(p.Addr().Unmap(), min(p.Bits(), p.Addr().Unmap().BitLen())).Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 
 func nsNames(c *Config) string {
@@ -180,14 +417,6 @@ func nsNames(c *Config) string {
 		names[i] = ns.Name
 	}
 	return strings.Join(names, ", ")
-}
-
-func formatSizes(sizes []Duration) string {
-	s := make([]string, len(sizes))
-	for i, d := range sizes {
-		s[i] = middleware.FormatWindow(time.Duration(d))
-	}
-	return strings.Join(s, ", ")
 }
 
 func checkHostPort(s string) error {
@@ -210,114 +439,4 @@ func validToken(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-// Masked returns c with its secrets masked: what the node logs at start and
-// GET /v1/namespaces shows.
-func (c Config) Masked() Config {
-	if c.Node.AdminToken != "" {
-		c.Node.AdminToken = "xxxxx"
-	}
-	if c.Policies == nil {
-		c.Policies = []PolicyConfig{}
-	}
-	c.Namespaces = slices.Clone(c.Namespaces)
-	for i := range c.Namespaces {
-		c.Namespaces[i].URL = maskURL(c.Namespaces[i].URL)
-	}
-	if c.Gateway != nil {
-		g := *c.Gateway
-		g.Upstream = maskURL(g.Upstream)
-		c.Gateway = &g
-	}
-	return c
-}
-
-var dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
-
-// maskURL hides the password of a store URL: the user info's, a
-// password= query parameter's, or a key=value DSN's.
-func maskURL(s string) string {
-	if s == "" {
-		return ""
-	}
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" {
-		return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
-	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	if q := u.Query(); len(q) > 0 {
-		changed := false
-		for k := range q {
-			if lk := strings.ToLower(k); strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") {
-				q.Set(k, "xxxxx")
-				changed = true
-			}
-		}
-		if changed {
-			u.RawQuery = q.Encode()
-		}
-	}
-	return u.String()
-}
-
-// secretsOf returns the secret strings of c: admin token, store passwords.
-func secretsOf(c Config) []string {
-	var out []string
-	add := func(s string) {
-		if s != "" && s != "xxxxx" && !slices.Contains(out, s) {
-			out = append(out, s)
-		}
-	}
-	add(c.Node.AdminToken)
-	for _, ns := range c.Namespaces {
-		for _, s := range urlSecrets(ns.URL) {
-			add(s)
-		}
-	}
-	if c.Gateway != nil {
-		for _, s := range urlSecrets(c.Gateway.Upstream) {
-			add(s)
-		}
-	}
-	return out
-}
-
-// urlSecrets returns the passwords a store URL carries.
-func urlSecrets(s string) []string {
-	var out []string
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
-		if u.User != nil {
-			if p, ok := u.User.Password(); ok {
-				out = append(out, p)
-				if e := url.QueryEscape(p); e != p {
-					out = append(out, e)
-				}
-			}
-		}
-		for k, vs := range u.Query() {
-			if lk := strings.ToLower(k); strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") {
-				out = append(out, vs...)
-			}
-		}
-		return out
-	}
-	for _, m := range dsnPassword.FindAllStringSubmatch(s, -1) {
-		out = append(out, strings.Trim(m[2], "'"))
-	}
-	return out
-}
-
-// maskSecrets replaces every secret of the url in s.
-func maskSecrets(s, storeURL string) string {
-	for _, p := range urlSecrets(storeURL) {
-		if p != "" {
-			s = strings.ReplaceAll(s, p, "xxxxx")
-		}
-	}
-	return s
 }

@@ -137,54 +137,60 @@ func locateObject(v any, path string, schema []jsonField) *problem {
 		return invalid(path, path+": must be a JSON object")
 	}
 	for _, k := range sortedKeys(obj) {
-		val := obj[k]
 		i := -1
 		for j, f := range schema {
 			if f.name == k || (i < 0 && strings.EqualFold(f.name, k)) {
 				i = j
 			}
 		}
-		p := joinJSON(path, k)
 		if i < 0 {
+			p := joinJSON(path, k)
 			names := make([]string, len(schema))
 			for j, f := range schema {
 				names[j] = f.name
 			}
 			return invalid(p, fmt.Sprintf("%s: unknown field (known: %s)", p, strings.Join(names, ", ")))
 		}
-		f := schema[i]
-		p = joinJSON(path, f.name)
-		if val == nil {
-			continue // null leaves the field unset
+		if pr := locateValue(obj[k], joinJSON(path, schema[i].name), schema[i]); pr != nil {
+			return pr
 		}
-		switch f.kind {
-		case kString:
-			if _, ok := val.(string); !ok {
-				return invalid(p, p+": must be "+kindNames[f.kind])
-			}
-		case kBool:
-			if _, ok := val.(bool); !ok {
-				return invalid(p, p+": must be "+kindNames[f.kind])
-			}
-		case kNumber:
-			n, ok := val.(json.Number)
-			if !ok {
-				return invalid(p, p+": must be a number")
-			}
-			if x, err := strconv.ParseFloat(string(n), 64); err != nil || math.IsInf(x, 0) {
-				return invalidValue(p, string(n), "must be a finite number")
-			}
-		case kArray:
-			arr, ok := val.([]any)
-			if !ok {
-				return invalid(p, p+": must be "+kindNames[f.kind])
-			}
+	}
+	return nil
+}
+
+// locateValue checks the value of field f at path p; null leaves the field
+// unset.
+func locateValue(val any, p string, f jsonField) *problem {
+	if val == nil {
+		return nil
+	}
+	var ok bool
+	switch f.kind {
+	case kString:
+		_, ok = val.(string)
+	case kBool:
+		_, ok = val.(bool)
+	case kNumber:
+		n, isNum := val.(json.Number)
+		if !isNum {
+			return invalid(p, p+": must be a number")
+		}
+		if x, err := strconv.ParseFloat(string(n), 64); err != nil || math.IsInf(x, 0) {
+			return invalidValue(p, string(n), "must be a finite number")
+		}
+		ok = true
+	case kArray:
+		var arr []any
+		if arr, ok = val.([]any); ok {
 			for j, e := range arr {
 				if pr := locateObject(e, fmt.Sprintf("%s[%d]", p, j), f.elem); pr != nil {
 					return pr
 				}
 			}
 		}
+	}
+	if !ok {
+		return invalid(p, p+": must be "+kindNames[f.kind])
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"net/http"
-	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -42,7 +41,7 @@ func newMetrics() *metrics {
 
 // watch registers the collector of in's Stats.
 func (m *metrics) watch(in *ratelimiting.Instance) {
-	m.reg.MustRegister(&statsCollector{in: in, last: map[string]ratelimiting.SyncStats{}})
+	m.reg.MustRegister(&statsCollector{in: in})
 }
 
 // observeSync is the instance's sync observer. It does not block.
@@ -79,9 +78,7 @@ func (m *metrics) handler() http.Handler {
 
 // statsCollector reads Instance.Stats at scrape time.
 type statsCollector struct {
-	in   *ratelimiting.Instance
-	mu   sync.Mutex
-	last map[string]ratelimiting.SyncStats // last known in-flight figures, for scrapes during a sync
+	in *ratelimiting.Instance
 }
 
 var (
@@ -115,8 +112,6 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads the instance's Stats.
 func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	dicts := map[string]bool{}
 	for _, st := range c.in.Stats() {
 		ns := st.Config.Name
@@ -132,12 +127,6 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		s := st.Sync
-		if s.InFlight < 0 { // a sync is running: the last figures known
-			last := c.last[ns]
-			s.InFlight, s.InFlightDiffs, s.Dirty = last.InFlight, last.InFlightDiffs, last.Dirty
-		} else {
-			c.last[ns] = s
-		}
 		up := 0.0
 		if s.StoreUp {
 			up = 1

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/middleware"
-	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
 )
 
@@ -84,21 +83,7 @@ func newNode(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	for _, ns := range cfg.Namespaces {
-		nc := namespace.Config{
-			Name:         ns.Name,
-			Dict:         ns.Dict,
-			SyncRate:     time.Duration(ns.SyncRate),
-			Strategy:     st.byNamespace[ns.Name],
-			DictCapacity: ns.DictCapacity,
-			NearLimit:    ns.NearLimit,
-		}
-		for _, d := range ns.WindowSizes {
-			nc.WindowSizes = append(nc.WindowSizes, time.Duration(d))
-		}
-		if ns.Strategy == StrategyLocal {
-			nc.SyncRate = namespace.LocalOnly
-		}
-		if err := n.in.New(nc); err != nil {
+		if err := n.in.New(ns.namespaceConfig(st.byNamespace[ns.Name])); err != nil {
 			return fail(fmt.Errorf("namespace %q: %w", ns.Name, err))
 		}
 		n.nsOutcomes[ns.Name] = n.metrics.outcomes(ns.Name, "")
@@ -136,20 +121,7 @@ func (n *Node) newPolicy(pc PolicyConfig, keyOpts middleware.KeyOptions) (*polic
 		return nil, fmt.Errorf("policy %q: %w", pc.Name, err)
 	}
 	p := &policy{cfg: pc, outcomes: n.metrics.outcomes(pc.Namespace, pc.Name)}
-	mp := middleware.Policy{
-		Name:      pc.Name,
-		Namespace: pc.Namespace,
-		Key:       key,
-		Cost:      pc.Cost,
-		Penalty:   pc.Penalty,
-	}
-	if pc.OnStoreDown == "deny" {
-		mp.StoreDown = middleware.StoreDownDeny
-	}
-	for _, l := range pc.Limits {
-		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Fixed: l.Type == "fixed"})
-	}
-	lim, err := middleware.New(n.in, mp, middleware.Options{
+	lim, err := middleware.New(n.in, pc.policy(key), middleware.Options{
 		Headers:       n.headers,
 		DeniedMessage: pc.ErrorMessage,
 		MaxKeyBytes:   n.cfg.Node.MaxKeyBytes,
@@ -325,15 +297,12 @@ func (n *Node) shutdown(servers []*http.Server) error {
 
 // close makes the final sync (Instance.Close) and closes the stores.
 func (n *Node) close(ctx context.Context) error {
-	pending, exact := n.pendingDiffs()
+	pending := n.pendingDiffs()
 	n.flushing.Store(true)
 	start := time.Now()
 	err := n.in.Close(ctx)
 	n.stores.close()
 	attrs := []any{"pending_before", pending, "flushed", n.flushed.Load(), "duration", time.Since(start).Round(time.Millisecond).String()}
-	if !exact {
-		attrs = append(attrs, "note", "a sync was running: pending_before may miss its diffs")
-	}
 	if err != nil {
 		n.log.Error("final sync failed: diffs not pushed are lost", append(attrs, "err", err)...)
 		return fmt.Errorf("final sync: %w", err)
@@ -343,21 +312,11 @@ func (n *Node) close(ctx context.Context) error {
 }
 
 // pendingDiffs sums the diffs waiting for a push and those in flight over
-// the namespaces; exact is false when a running sync hid some of them.
-func (n *Node) pendingDiffs() (total int, exact bool) {
-	for range 50 {
-		total, exact = 0, true
-		for _, st := range n.in.Stats() {
-			if st.Sync.InFlight < 0 {
-				exact = false
-				continue
-			}
-			total += st.Sync.Dirty + st.Sync.InFlightDiffs
-		}
-		if exact {
-			return total, true
-		}
-		time.Sleep(10 * time.Millisecond) // a sync is running; it ends within its timeout
+// the namespaces.
+func (n *Node) pendingDiffs() int {
+	total := 0
+	for _, st := range n.in.Stats() {
+		total += st.Sync.Dirty + st.Sync.InFlightDiffs
 	}
-	return total, false
+	return total
 }

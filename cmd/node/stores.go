@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -25,6 +27,90 @@ const storeStartTimeout = 30 * time.Second
 type stores struct {
 	byNamespace map[string]strategy.Strategy
 	closers     []func()
+}
+
+// Every store the node opens decides checks in the store: the
+// configuration is validated with that in mind (storeInConfig).
+var (
+	_ strategy.Checker = (*memory.Store)(nil)
+	_ strategy.Checker = (*redis.Store)(nil)
+	_ strategy.Checker = (*postgres.Store)(nil)
+)
+
+// storeDefaults fills in the store options of a namespace with a store:
+// what the file leaves out, or sets to 0, is the store's default.
+func storeDefaults(ns *NamespaceConfig) {
+	switch ns.Strategy {
+	case StrategyRedis:
+		if ns.Redis == nil {
+			ns.Redis = &RedisOptions{}
+		}
+		r := ns.Redis
+		r.Prefix = cmp.Or(r.Prefix, redis.DefaultPrefix)
+		r.Shards = cmp.Or(r.Shards, redis.DefaultShards)
+		r.TTLMargin = cmp.Or(r.TTLMargin, Duration(redis.DefaultTTLMargin))
+		r.LaneTTL = cmp.Or(r.LaneTTL, Duration(redis.DefaultLaneTTL))
+		r.Timeout = cmp.Or(r.Timeout, Duration(redis.DefaultTimeout))
+		r.ScanThreshold = cmp.Or(r.ScanThreshold, redis.DefaultScanThreshold)
+		r.FieldsPerCommand = cmp.Or(r.FieldsPerCommand, redis.DefaultFieldsPerCommand)
+	case StrategyPostgres:
+		if ns.Postgres == nil {
+			ns.Postgres = &PostgresOptions{}
+		}
+		p := ns.Postgres
+		p.Schema = cmp.Or(p.Schema, postgres.DefaultSchema)
+		p.Table = cmp.Or(p.Table, postgres.DefaultTable)
+		p.LaneTable = cmp.Or(p.LaneTable, postgres.DefaultLaneTable)
+		p.PurgeBatch = cmp.Or(p.PurgeBatch, postgres.DefaultPurgeBatch)
+		p.LaneTTL = cmp.Or(p.LaneTTL, Duration(postgres.DefaultLaneTTL))
+		if pc, err := pgxpool.ParseConfig(ns.URL); p.MaxConns == 0 && ns.URL != "" && err == nil {
+			p.MaxConns = int(pc.MaxConns) // the URL's pool_max_conns, or pgxpool's default
+		}
+	}
+}
+
+// optionError is an invalid store option: key is its path in the
+// namespace ("redis.shards").
+type optionError struct{ key, value, allowed string }
+
+// checkStoreOptions validates the store options of a namespace with the
+// store's own Config.Validate.
+func checkStoreOptions(ns *NamespaceConfig) *optionError {
+	var (
+		rerr *redis.FieldError
+		perr *postgres.FieldError
+	)
+	switch {
+	case ns.Redis != nil && errors.As(redisConfig(ns.Redis).Validate(), &rerr):
+		return &optionError{key: "redis." + rerr.Key, value: rerr.Value, allowed: rerr.Allowed}
+	case ns.Postgres != nil && errors.As(postgresConfig(ns.Postgres).Validate(), &perr):
+		return &optionError{key: "postgres." + perr.Key, value: perr.Value, allowed: perr.Allowed}
+	case ns.Postgres != nil && ns.Postgres.MaxConns < 0:
+		return &optionError{key: "postgres.max_conns", value: strconv.Itoa(ns.Postgres.MaxConns), allowed: "must be 0 (the URL's pool_max_conns, or pgxpool's default) or more"}
+	}
+	return nil
+}
+
+func redisConfig(r *RedisOptions) redis.Config {
+	return redis.Config{
+		Prefix:           r.Prefix,
+		Shards:           r.Shards,
+		TTLMargin:        time.Duration(r.TTLMargin),
+		LaneTTL:          time.Duration(r.LaneTTL),
+		Timeout:          time.Duration(r.Timeout),
+		ScanThreshold:    r.ScanThreshold,
+		FieldsPerCommand: r.FieldsPerCommand,
+	}
+}
+
+func postgresConfig(p *PostgresOptions) postgres.Config {
+	return postgres.Config{
+		Schema:     p.Schema,
+		Table:      p.Table,
+		LaneTable:  p.LaneTable,
+		PurgeBatch: p.PurgeBatch,
+		LaneTTL:    time.Duration(p.LaneTTL),
+	}
 }
 
 // checkStoreURL reports whether a namespace's store URL parses, so that
@@ -114,16 +200,8 @@ func (s *stores) openRedis(ns *NamespaceConfig) (strategy.Strategy, error) {
 	}
 	client := newClient()
 	var rc redis.Config
-	if r := ns.Redis; r != nil {
-		rc = redis.Config{
-			Prefix:           r.Prefix,
-			Shards:           r.Shards,
-			TTLMargin:        time.Duration(r.TTLMargin),
-			LaneTTL:          time.Duration(r.LaneTTL),
-			Timeout:          time.Duration(r.Timeout),
-			ScanThreshold:    r.ScanThreshold,
-			FieldsPerCommand: r.FieldsPerCommand,
-		}
+	if ns.Redis != nil {
+		rc = redisConfig(ns.Redis)
 	}
 	st, err := redis.New(client, rc)
 	if err != nil {
@@ -144,13 +222,7 @@ func (s *stores) openPostgres(ctx context.Context, ns *NamespaceConfig) (strateg
 		if p.MaxConns > 0 {
 			pc.MaxConns = int32(min(p.MaxConns, 1<<30))
 		}
-		cfg = postgres.Config{
-			Schema:     p.Schema,
-			Table:      p.Table,
-			LaneTable:  p.LaneTable,
-			PurgeBatch: p.PurgeBatch,
-			LaneTTL:    time.Duration(p.LaneTTL),
-		}
+		cfg = postgresConfig(p)
 	}
 	ctx, cancel := context.WithTimeout(ctx, storeStartTimeout)
 	defer cancel()

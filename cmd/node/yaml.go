@@ -1,38 +1,160 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// walker decodes a YAML document node by node, so that every error names
-// the file, the line and the field: "node.yaml:12: policies[0].limits[1].window:
-// "abc": must be a duration like 1s, 1m, 1h". It collects errors instead of
-// stopping at the first.
-type walker struct {
-	file string
-	errs []error
+// source is a config file being read: its name and the YAML node of each
+// field it sets, by path ("namespaces[0].redis.shards"), so that an error
+// about a field, found while decoding or by a rule of a library package,
+// names the field's own line: "node.yaml:12: policies[0].limits[1].window:
+// "abc": must be a duration like 1s, 1m, 1h". Errors are collected, not
+// returned at the first.
+type source struct {
+	file  string
+	nodes map[string]*yaml.Node
+	errs  []error
 }
 
-// field is one known key of a mapping and what to do with its value.
-type field struct {
-	name string
-	set  func(v *yaml.Node, path string)
+func newSource(file string) *source {
+	return &source{file: file, nodes: map[string]*yaml.Node{}}
 }
 
-func (w *walker) fail(n *yaml.Node, path, msg string) {
-	w.errs = append(w.errs, fmt.Errorf("%s:%d: %s: %s", w.file, n.Line, path, msg))
+// decode parses data into cfg: YAML syntax first, then the shape of every
+// field (known names, mappings, lists, scalars of the right kind, allowed
+// values), then the YAML library decodes into the tagged structs, refusing
+// unknown fields.
+func (s *source) decode(data []byte, cfg *Config) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return s.syntaxError(data, err)
+	}
+	if len(doc.Content) == 0 {
+		return nil
+	}
+	s.walk(doc.Content[0], reflect.TypeFor[Config](), "", "")
+	if len(s.errs) > 0 {
+		return errors.Join(s.errs...)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: %w", s.file, err) // not expected: walk finds what Decode refuses
+	}
+	return nil
 }
 
-// failValue reports a bad value, quoting it.
-func (w *walker) failValue(n *yaml.Node, path, msg string) {
-	w.fail(n, path, strconv.Quote(n.Value)+": "+msg)
+var yamlLineRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?`)
+
+// syntaxError names the line of a YAML syntax error. The parser's message
+// names the line where the enclosing block or flow collection started (a
+// bad indent on line 5 of a list item that starts on line 3 says "line 3"),
+// so the line is found again (faultLine).
+func (s *source) syntaxError(data []byte, err error) error {
+	m := yamlLineRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return fmt.Errorf("%s: invalid YAML: %w", s.file, err)
+	}
+	line, _ := strconv.Atoi(m[1])
+	if bytes.Count(data, []byte("\n")) < maxFaultSearch {
+		line = faultLine(data)
+	}
+	return fmt.Errorf("%s:%d: invalid YAML: %s", s.file, line, err.Error()[len(m[0]):])
+}
+
+// maxFaultSearch bounds the lines faultLine re-parses: the work grows with
+// their square.
+const maxFaultSearch = 5000
+
+// faultLine returns the line of the syntax error in data: the first line
+// after the longest run of leading lines that parses.
+func faultLine(data []byte) int {
+	lines := bytes.SplitAfter(data, []byte("\n"))
+	if len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
+	for k := len(lines) - 1; k > 0; k-- {
+		var n yaml.Node
+		if yaml.Unmarshal(bytes.Join(lines[:k], nil), &n) == nil {
+			return k + 1
+		}
+	}
+	return 1
+}
+
+// set reports whether the file gives the field at path a value.
+func (s *source) set(path string) bool {
+	n := s.nodes[path]
+	return n != nil && !isNull(n)
+}
+
+// line returns the line of the field at path, or of the nearest enclosing
+// field the file has (0: none, as without a file).
+func (s *source) line(path string) int {
+	for path != "" {
+		if n := s.nodes[path]; n != nil {
+			return n.Line
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return 0
+}
+
+// text returns the field's text in the file, or def when the file does not
+// give it as a single value.
+func (s *source) text(path, def string) string {
+	if n := s.nodes[path]; n != nil && n.Kind == yaml.ScalarNode && !isNull(n) {
+		return n.Value
+	}
+	return def
+}
+
+// report records an error about the field at path: "file:line: path: msg".
+func (s *source) report(path, msg string) { s.reportAs(path, path, msg) }
+
+// reportAs records an error about the field at path, named label.
+func (s *source) reportAs(path, label, msg string) {
+	if s.file == "" {
+		s.errs = append(s.errs, fmt.Errorf("%s: %s", label, msg))
+		return
+	}
+	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, s.line(path), label, msg))
+}
+
+// reportValue records an error about the value of the field at path,
+// quoting value: `file:line: path: "value": msg`.
+func (s *source) reportValue(path, value, msg string) {
+	s.report(path, strconv.Quote(value)+": "+msg)
+}
+
+// bad records an error about the value of the field at path: its text
+// in the file, or def when the file does not give it.
+func (s *source) bad(path, def, msg string) {
+	s.reportValue(path, s.text(path, def), msg)
+}
+
+// fail records an error at node n.
+func (s *source) fail(n *yaml.Node, path, msg string) {
+	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, n.Line, path, msg))
+}
+
+func (s *source) failValue(n *yaml.Node, path, msg string) {
+	s.fail(n, path, strconv.Quote(n.Value)+": "+msg)
 }
 
 func resolve(n *yaml.Node) *yaml.Node {
@@ -53,161 +175,122 @@ func join(path, name string) string {
 	return path + "." + name
 }
 
-// mapping calls the setter of each key of the mapping n; unknown and
-// repeated keys are errors. A null node is an empty mapping.
-func (w *walker) mapping(n *yaml.Node, path string, fields ...field) {
+var (
+	durationType   = reflect.TypeFor[Duration]()
+	stringListType = reflect.TypeFor[stringList]()
+)
+
+// walk checks that n has the shape of a value of type t and indexes it
+// under path. oneOf lists the values a string (or each string of a list)
+// may take. A null is an empty value of any type.
+func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
 	n = resolve(n)
+	s.nodes[path] = n
 	if isNull(n) {
 		return
 	}
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == durationType:
+		var d Duration
+		if err := d.UnmarshalYAML(n); err != nil {
+			s.failValue(n, path, err.Error())
+		}
+	case t.Kind() == reflect.Struct:
+		s.mapping(n, t, path)
+	case t == stringListType && n.Kind == yaml.ScalarNode:
+		s.scalar(n, reflect.String, path, oneOf)
+	case t.Kind() == reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			s.fail(n, path, "must be a list")
+			return
+		}
+		for i, item := range n.Content {
+			s.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), oneOf)
+		}
+	default:
+		s.scalar(n, t.Kind(), path, oneOf)
+	}
+}
+
+// mapping checks a mapping against the yaml fields of struct type t:
+// unknown and repeated keys are errors.
+func (s *source) mapping(n *yaml.Node, t reflect.Type, path string) {
 	if n.Kind != yaml.MappingNode {
-		w.fail(n, pathOr(path), "must be a mapping of key: value")
+		if path == "" {
+			path = "(top level)"
+		}
+		s.fail(n, path, "must be a mapping of key: value")
 		return
 	}
 	seen := make(map[string]bool, len(n.Content)/2)
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := resolve(n.Content[i]), n.Content[i+1]
+		k := resolve(n.Content[i])
 		p := join(path, k.Value)
-		if seen[k.Value] {
-			w.fail(k, p, "repeated field")
-			continue
+		f, known := yamlField(t, k.Value)
+		switch {
+		case seen[k.Value]:
+			s.fail(k, p, "repeated field")
+		case !known:
+			s.fail(k, p, "unknown field (known: "+strings.Join(yamlNames(t), ", ")+")")
+		default:
+			s.walk(n.Content[i+1], f.Type, p, f.Tag.Get("oneof"))
 		}
 		seen[k.Value] = true
-		j := slices.IndexFunc(fields, func(f field) bool { return f.name == k.Value })
-		if j < 0 {
-			names := make([]string, len(fields))
-			for i, f := range fields {
-				names[i] = f.name
-			}
-			slices.Sort(names)
-			w.fail(k, p, "unknown field (known: "+strings.Join(names, ", ")+")")
-			continue
+	}
+}
+
+// yamlField returns the field of struct type t that the file names name.
+func yamlField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		if f := t.Field(i); name != "" && yamlName(f) == name {
+			return f, true
 		}
-		fields[j].set(resolve(v), p)
 	}
+	return reflect.StructField{}, false
 }
 
-func pathOr(path string) string {
-	if path == "" {
-		return "(top level)"
+// yamlNames returns the names of the fields of struct type t, sorted.
+func yamlNames(t reflect.Type) []string {
+	var names []string
+	for i := range t.NumField() {
+		if name := yamlName(t.Field(i)); name != "" {
+			names = append(names, name)
+		}
 	}
-	return path
+	slices.Sort(names)
+	return names
 }
 
-// sequence calls each for every item of the sequence n. A null node is an
-// empty sequence.
-func (w *walker) sequence(n *yaml.Node, path string, each func(i int, item *yaml.Node, path string)) {
-	n = resolve(n)
-	if isNull(n) {
-		return
+// yamlName is the name of a struct field in the file; "" for none.
+func yamlName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	if !f.IsExported() || name == "-" {
+		return ""
 	}
-	if n.Kind != yaml.SequenceNode {
-		w.fail(n, path, "must be a list")
-		return
-	}
-	for i, item := range n.Content {
-		each(i, resolve(item), fmt.Sprintf("%s[%d]", path, i))
-	}
+	return name
 }
 
-// scalar reports whether n is a scalar, failing otherwise.
-func (w *walker) scalar(n *yaml.Node, path string) bool {
+// scalar checks a single value of kind k.
+func (s *source) scalar(n *yaml.Node, k reflect.Kind, path, oneOf string) {
 	if n.Kind != yaml.ScalarNode {
-		w.fail(n, path, "must be a single value, not a list or a mapping")
-		return false
+		s.fail(n, path, "must be a single value, not a list or a mapping")
+		return
 	}
-	return true
-}
-
-// str returns the scalar's text; null is "".
-func (w *walker) str(n *yaml.Node, path string) string {
-	if !w.scalar(n, path) || isNull(n) {
-		return ""
+	var (
+		i int64
+		f float64
+	)
+	switch {
+	case k == reflect.Bool && n.Tag != "!!bool":
+		s.failValue(n, path, "must be true or false")
+	case (k == reflect.Int || k == reflect.Int64) && (n.Tag != "!!int" || n.Decode(&i) != nil):
+		s.failValue(n, path, "must be a whole number")
+	case k == reflect.Float64 && (n.Tag != "!!int" && n.Tag != "!!float" || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0)):
+		s.failValue(n, path, "must be a number")
+	case k == reflect.String && oneOf != "" && !slices.Contains(strings.Fields(oneOf), n.Value):
+		s.failValue(n, path, "must be one of "+strings.ReplaceAll(oneOf, " ", ", "))
 	}
-	return n.Value
-}
-
-// strs returns a list of strings; a single scalar is a list of one.
-func (w *walker) strs(n *yaml.Node, path string) []string {
-	if n.Kind == yaml.ScalarNode {
-		if isNull(n) {
-			return nil
-		}
-		return []string{n.Value}
-	}
-	var out []string
-	w.sequence(n, path, func(_ int, item *yaml.Node, p string) {
-		if w.scalar(item, p) {
-			out = append(out, item.Value)
-		}
-	})
-	return out
-}
-
-func (w *walker) boolean(n *yaml.Node, path string) bool {
-	if !w.scalar(n, path) || isNull(n) {
-		return false
-	}
-	var b bool
-	if n.Tag != "!!bool" || n.Decode(&b) != nil {
-		w.failValue(n, path, "must be true or false")
-	}
-	return b
-}
-
-// integer returns a whole number at least least.
-func (w *walker) integer(n *yaml.Node, path string, least int64) int64 {
-	if !w.scalar(n, path) || isNull(n) {
-		return 0
-	}
-	var v int64
-	if n.Tag != "!!int" || n.Decode(&v) != nil {
-		w.failValue(n, path, "must be a whole number")
-		return 0
-	}
-	if v < least {
-		w.failValue(n, path, fmt.Sprintf("must be at least %d", least))
-		return 0
-	}
-	return v
-}
-
-// number returns a finite number > 0 and at most maxNumber.
-func (w *walker) number(n *yaml.Node, path string) float64 {
-	if !w.scalar(n, path) || isNull(n) {
-		return 0
-	}
-	var v float64
-	if (n.Tag != "!!int" && n.Tag != "!!float") || n.Decode(&v) != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		w.failValue(n, path, "must be a number")
-		return 0
-	}
-	if v <= 0 || v > maxNumber {
-		w.failValue(n, path, fmt.Sprintf("must be > 0 and at most %g", float64(maxNumber)))
-		return 0
-	}
-	return v
-}
-
-// duration returns a Go duration ("1s", "1m", "1h", "500ms"; "0" for zero).
-func (w *walker) duration(n *yaml.Node, path string) (Duration, bool) {
-	if !w.scalar(n, path) || isNull(n) {
-		return 0, false
-	}
-	d, err := time.ParseDuration(n.Value)
-	if err != nil {
-		w.failValue(n, path, "must be a duration like 1s, 1m, 1h")
-		return 0, false
-	}
-	return Duration(d), true
-}
-
-// oneOf returns the scalar's text when it is one of allowed.
-func (w *walker) oneOf(n *yaml.Node, path string, allowed ...string) string {
-	s := w.str(n, path)
-	if s != "" && !slices.Contains(allowed, s) {
-		w.failValue(n, path, "must be one of "+strings.Join(allowed, ", "))
-		return ""
-	}
-	return s
 }

@@ -82,39 +82,57 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// FieldError is a Config that Validate rejects: it names the field (as Go
+// code and as configuration files name it), the value and what is allowed.
+type FieldError struct {
+	Field   string // the Go field: "LaneTable"
+	Key     string // the same field as configuration files name it: "lane_table"
+	Value   string
+	Allowed string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("postgres: Config.%s = %q: %s", e.Field, e.Value, e.Allowed)
+}
+
+// Validate reports the first invalid field of c as a *FieldError, or nil.
+// Zero fields are valid: they mean the defaults.
+func (c Config) Validate() error {
+	return c.withDefaults().validate()
+}
+
 // validate reports the first invalid field of c (with defaults applied).
 func (c Config) validate() error {
-	bad := func(field string, value any, allowed string) error {
-		return fmt.Errorf("postgres: Config.%s = %q: %s", field, fmt.Sprint(value), allowed)
+	bad := func(field, key string, value any, allowed string) error {
+		return &FieldError{Field: field, Key: key, Value: fmt.Sprint(value), Allowed: allowed}
 	}
-	ident := func(field, name string, max int) error {
+	ident := func(field, key, name string, max int) error {
 		if !identRE.MatchString(name) || len(name) > max {
-			return bad(field, name, fmt.Sprintf("must match %s and be at most %d bytes", identRE, max))
+			return bad(field, key, name, fmt.Sprintf("must match %s and be at most %d bytes", identRE, max))
 		}
 		return nil
 	}
-	if err := ident("Schema", c.Schema, maxIdent); err != nil {
+	if err := ident("Schema", "schema", c.Schema, maxIdent); err != nil {
 		return err
 	}
-	if err := ident("Table", c.Table, maxTable); err != nil {
+	if err := ident("Table", "table", c.Table, maxTable); err != nil {
 		return err
 	}
-	if err := ident("LaneTable", c.LaneTable, maxIdent); err != nil {
+	if err := ident("LaneTable", "lane_table", c.LaneTable, maxIdent); err != nil {
 		return err
 	}
 	for _, taken := range []string{c.Table, c.Table + versionSuffix, c.Table + checkSuffix} {
 		if c.LaneTable == taken {
-			return bad("LaneTable", c.LaneTable, fmt.Sprintf("must differ from Table %q and the names derived from it (%q, %q)", c.Table, c.Table+versionSuffix, c.Table+checkSuffix))
+			return bad("LaneTable", "lane_table", c.LaneTable, fmt.Sprintf("must differ from Table %q and the names derived from it (%q, %q)", c.Table, c.Table+versionSuffix, c.Table+checkSuffix))
 		}
 	}
-	if c.PurgeBatch < 0 {
-		return bad("PurgeBatch", c.PurgeBatch, fmt.Sprintf("must be > 0 (0 means %d)", DefaultPurgeBatch))
-	}
-	if c.LaneTTL < 0 {
-		return bad("LaneTTL", c.LaneTTL, fmt.Sprintf("must be > 0 (0 means %v)", DefaultLaneTTL))
-	}
-	if c.LaneTTL%time.Millisecond != 0 {
-		return bad("LaneTTL", c.LaneTTL, "must be a whole number of milliseconds")
+	switch {
+	case c.PurgeBatch < 0:
+		return bad("PurgeBatch", "purge_batch", c.PurgeBatch, fmt.Sprintf("must be > 0 (0 means %d)", DefaultPurgeBatch))
+	case c.LaneTTL < 0:
+		return bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be > 0 (0 means %v)", DefaultLaneTTL))
+	case c.LaneTTL%time.Millisecond != 0:
+		return bad("LaneTTL", "lane_ttl", c.LaneTTL, "must be a whole number of milliseconds")
 	}
 	return nil
 }

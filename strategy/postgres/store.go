@@ -84,10 +84,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("postgres: pool = nil: a *pgxpool.Pool is required")
 	}
-	cfg = cfg.withDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	n := cfg.names()
 	if err := migrate(ctx, pool, cfg, n); err != nil {
 		return nil, err

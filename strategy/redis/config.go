@@ -80,53 +80,70 @@ type Config struct {
 	FieldsPerCommand int
 }
 
-// withDefaults returns c with its zero fields set to the defaults, or an
-// error naming the first invalid field.
+// FieldError is a Config that Validate rejects: it names the field (as Go
+// code and as configuration files name it), the value and what is allowed.
+type FieldError struct {
+	Field   string // the Go field: "Shards"
+	Key     string // the same field as configuration files name it: "shards"
+	Value   string
+	Allowed string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("redis: Config.%s = %s: %s", e.Field, e.Value, e.Allowed)
+}
+
+// Validate reports the first invalid field of c as a *FieldError, or nil.
+// Zero fields are valid: they mean the defaults.
+func (c Config) Validate() error {
+	bad := func(field, key string, value any, allowed string) error {
+		return &FieldError{Field: field, Key: key, Value: fmt.Sprint(value), Allowed: allowed}
+	}
+	switch {
+	case strings.ContainsAny(c.Prefix, "{}"):
+		return bad("Prefix", "prefix", fmt.Sprintf("%q", c.Prefix), "must not contain '{' or '}' (they delimit Cluster hash tags)")
+	case c.Shards < 0 || c.Shards > MaxShards:
+		return bad("Shards", "shards", c.Shards, fmt.Sprintf("must be 0 (default %d) or 1 to %d", DefaultShards, MaxShards))
+	case c.TTLMargin != 0 && c.TTLMargin < time.Millisecond:
+		return bad("TTLMargin", "ttl_margin", c.TTLMargin, fmt.Sprintf("must be 0 (default %v) or at least 1ms", DefaultTTLMargin))
+	case c.LaneTTL != 0 && c.LaneTTL < time.Second:
+		return bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be 0 (default %v) or at least 1s", DefaultLaneTTL))
+	case c.Timeout < 0:
+		return bad("Timeout", "timeout", c.Timeout, fmt.Sprintf("must be 0 (default %v) or positive", DefaultTimeout))
+	case c.ScanThreshold < 0:
+		return bad("ScanThreshold", "scan_threshold", c.ScanThreshold, fmt.Sprintf("must be 0 (default %d) or positive", DefaultScanThreshold))
+	case c.FieldsPerCommand < 0:
+		return bad("FieldsPerCommand", "fields_per_command", c.FieldsPerCommand, fmt.Sprintf("must be 0 (default %d) or positive", DefaultFieldsPerCommand))
+	}
+	return nil
+}
+
+// withDefaults validates c and returns it with its zero fields set to the
+// defaults.
 func (c Config) withDefaults() (Config, error) {
-	bad := func(field string, value any, allowed string) error {
-		return fmt.Errorf("redis: Config.%s = %v: %s", field, value, allowed)
+	if err := c.Validate(); err != nil {
+		return c, err
 	}
 	if c.Prefix == "" {
 		c.Prefix = DefaultPrefix
 	}
-	if strings.ContainsAny(c.Prefix, "{}") {
-		return c, bad("Prefix", fmt.Sprintf("%q", c.Prefix), "must not contain '{' or '}' (they delimit Cluster hash tags)")
-	}
-	switch {
-	case c.Shards == 0:
+	if c.Shards == 0 {
 		c.Shards = DefaultShards
-	case c.Shards < 0 || c.Shards > MaxShards:
-		return c, bad("Shards", c.Shards, fmt.Sprintf("must be 0 (default %d) or 1 to %d", DefaultShards, MaxShards))
 	}
-	switch {
-	case c.TTLMargin == 0:
+	if c.TTLMargin == 0 {
 		c.TTLMargin = DefaultTTLMargin
-	case c.TTLMargin < time.Millisecond:
-		return c, bad("TTLMargin", c.TTLMargin, fmt.Sprintf("must be 0 (default %v) or at least 1ms", DefaultTTLMargin))
 	}
-	switch {
-	case c.LaneTTL == 0:
+	if c.LaneTTL == 0 {
 		c.LaneTTL = DefaultLaneTTL
-	case c.LaneTTL < time.Second:
-		return c, bad("LaneTTL", c.LaneTTL, fmt.Sprintf("must be 0 (default %v) or at least 1s", DefaultLaneTTL))
 	}
-	switch {
-	case c.Timeout == 0:
+	if c.Timeout == 0 {
 		c.Timeout = DefaultTimeout
-	case c.Timeout < 0:
-		return c, bad("Timeout", c.Timeout, fmt.Sprintf("must be 0 (default %v) or positive", DefaultTimeout))
 	}
-	switch {
-	case c.ScanThreshold == 0:
+	if c.ScanThreshold == 0 {
 		c.ScanThreshold = DefaultScanThreshold
-	case c.ScanThreshold < 0:
-		return c, bad("ScanThreshold", c.ScanThreshold, fmt.Sprintf("must be 0 (default %d) or positive", DefaultScanThreshold))
 	}
-	switch {
-	case c.FieldsPerCommand == 0:
+	if c.FieldsPerCommand == 0 {
 		c.FieldsPerCommand = DefaultFieldsPerCommand
-	case c.FieldsPerCommand < 0:
-		return c, bad("FieldsPerCommand", c.FieldsPerCommand, fmt.Sprintf("must be 0 (default %d) or positive", DefaultFieldsPerCommand))
 	}
 	return c, nil
 }

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Every configuration error is reported, with the line of the field at
+// fault, before the node starts anything: no "starting" log, no listener.
+func TestConfigErrorsStopTheStart(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want string // the whole error, after "<file>:"
+	}{
+		{"bad duration", `
+namespaces:
+  - name: api
+    strategy: memory
+    sync_rate: fast
+`, `5: namespaces[0].sync_rate: "fast": must be a duration like 1s, 1m, 1h`},
+		{"sub-millisecond sync rate", `
+namespaces:
+  - name: api
+    strategy: memory
+    sync_rate: 500us
+`, `5: namespaces[0].sync_rate: "500us": must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only`},
+		{"window size not whole milliseconds", `
+namespaces:
+  - name: api
+    window_sizes:
+      - 1s
+      - 1500us
+`, `6: namespaces[0].window_sizes[1]: "1500us": must be > 0 and a whole number of milliseconds`},
+		{"pipe in a namespace name", `
+namespaces:
+  - strategy: local
+    name: a|b
+`, `4: namespaces[0].name: "a|b": must not contain '|'`},
+		{"pipe in a dict name", `
+namespaces:
+  - name: a
+    dict: d|x
+`, `4: namespaces[0].dict: "d|x": must not contain '|'`},
+		{"near_limit on a synchronous namespace", `
+namespaces:
+  - name: api
+    strategy: memory
+    sync_rate: 0
+    near_limit: true
+`, `6: namespaces[0].near_limit: "true": needs a periodic SyncRate (> 0); this namespace is synchronous, and synchronous namespaces always decide in the store`},
+		{"unknown top-level field", `
+node:
+  id: a
+nodes: {}
+`, `4: nodes: unknown field (known: gateway, headers, namespaces, node, policies)`},
+		{"unknown field in a namespace", `
+namespaces:
+  - name: api
+    sync: 1s
+`, `4: namespaces[0].sync: unknown field (known: dict, dict_capacity, name, near_limit, postgres, redis, strategy, sync_rate, url, window_sizes)`},
+		{"unknown field in redis options", `
+namespaces:
+  - name: api
+    strategy: redis
+    url: redis://127.0.0.1:1/0
+    redis:
+      prefix: p
+      shard: 4
+`, `8: namespaces[0].redis.shard: unknown field (known: cluster, fields_per_command, lane_ttl, prefix, scan_threshold, shards, timeout, ttl_margin)`},
+		{"unknown field in a limit", `
+policies:
+  - name: api
+    limits:
+      - limit: 10
+        window: 1s
+        burst: 5
+`, `7: policies[0].limits[0].burst: unknown field (known: limit, type, window)`},
+		{"redis shards out of range", `
+namespaces:
+  - name: api
+    strategy: redis
+    url: redis://127.0.0.1:1/0
+    redis:
+      shards: 5000
+`, `7: namespaces[0].redis.shards: "5000": must be 0 (default 16) or 1 to 1024`},
+		{"redis lane_ttl below the store's minimum", `
+namespaces:
+  - name: api
+    strategy: redis
+    url: redis://127.0.0.1:1/0
+    redis: {lane_ttl: 1ms}
+`, `6: namespaces[0].redis.lane_ttl: "1ms": must be 0 (default 24h0m0s) or at least 1s`},
+		{"bad redis url", `
+namespaces:
+  - name: api
+    strategy: redis
+    sync_rate: 1s
+    url: http://user:hunter2@127.0.0.1/
+`, `6: namespaces[0].url: "http://user:xxxxx@127.0.0.1/": not a Redis URL like redis://user:password@host:6379/0`},
+		{"bad postgres url", `
+namespaces:
+  - name: billing
+    strategy: postgres
+    url: "postgres://u:pw@h:notaport/db"
+`, `5: namespaces[0].url: "postgres://u:xxxxx@h:notaport/db": not a PostgreSQL URL or DSN`},
+		{"duplicated namespace", `
+namespaces:
+  - name: api
+  - name: web
+  - name: api
+`, `5: namespaces[2].name: "api": another namespace has this name`},
+		{"limit window not in the namespace", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1s}
+      - limit: 100
+        window: 2m
+`, `7: policies[0].limits[1].window: "2m": must be one of the window sizes of namespace "default": 1s, 1m, 1h`},
+		{"cost above a limit", `
+policies:
+  - name: api
+    limits: [{limit: 2, window: 1s}]
+    cost: 3
+`, `5: policies[0].cost: "3": must be at most limits[0].limit (2): a larger cost can never pass`},
+		{"limit not a number", `
+policies:
+  - name: api
+    limits:
+      - {limit: lots, window: 1s}
+`, `5: policies[0].limits[0].limit: "lots": must be a number`},
+		{"missing_key", `
+policies:
+  - name: api
+    limits: [{limit: 2, window: 1s}]
+    missing_key: anon
+`, `5: policies[0].missing_key: "anon": must be one of ip, empty`},
+		{"on_store_down deny without a store", `
+policies:
+  - name: api
+    limits: [{limit: 2, window: 1s}]
+    on_store_down: deny
+`, `5: policies[0].on_store_down: "deny": namespace "default" has no store (it is local only)`},
+		{"policy namespace", `
+policies:
+  - name: api
+    limits: [{limit: 2, window: 1s}]
+    namespace: nope
+`, `5: policies[0].namespace: "nope": no such namespace (namespaces: default)`},
+		{"YAML syntax: bad indent in a list item", `
+node:
+  id: a
+namespaces:
+  - name: x
+   strategy: local
+`, `6: invalid YAML: did not find expected '-' indicator`},
+		{"YAML syntax: key out of its block", `
+node:
+  id: a
+  listen: 127.0.0.1:1
+ log_level: debug
+`, `5: invalid YAML: did not find expected key`},
+		{"YAML syntax: unclosed flow mapping", `
+policies:
+  - name: a
+    limits:
+      - {limit: 1, window: 1s
+      - {limit: 2, window: 1m}
+`, `5: invalid YAML: did not find expected ',' or '}'`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "node.yaml")
+			if err := os.WriteFile(file, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			err := runWithLog(context.Background(), []string{"-config", file, "-listen", "127.0.0.1:0"}, nil, &logs)
+			if want := file + ":" + tt.want; err == nil || err.Error() != want {
+				t.Errorf("error:\n%v\nwant:\n%s", err, want)
+			}
+			if logs.Len() > 0 {
+				t.Errorf("the node logged before refusing its configuration:\n%s", &logs)
+			}
+		})
+	}
+}
+
+// The syntax error line is the faulty line, not the start of the block
+// around it.
+func TestFaultLine(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		want int
+	}{
+		{"first line", "node: [\n", 1},
+		{"bad indent", "a: 1\nb:\n  c: 2\n  d: 3\n e: 4\n", 5},
+		{"tab", "node:\n  id: a\n\tlisten: x\n", 3},
+		{"unterminated quote", "node:\n  id: a\n  listen: \"abc\n  x: 1\n", 3},
+		{"after a flow list over two lines", "w: [1s,\n  1m]\nx: : y\n", 3},
+		{"no final newline", "a: 1\nb: [", 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := faultLine([]byte(tt.yaml)); got != tt.want {
+				t.Errorf("faultLine = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}

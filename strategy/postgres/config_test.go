@@ -1,0 +1,37 @@
+package postgres_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/strategy/postgres"
+)
+
+func TestValidateNamesTheField(t *testing.T) {
+	tests := []struct {
+		name           string
+		cfg            postgres.Config
+		field, key, in string
+	}{
+		{"schema", postgres.Config{Schema: "A"}, "Schema", "schema", "A"},
+		{"table", postgres.Config{Table: "x-y"}, "Table", "table", "x-y"},
+		{"lane table", postgres.Config{Table: "t", LaneTable: "t_check"}, "LaneTable", "lane_table", "t_check"},
+		{"purge batch", postgres.Config{PurgeBatch: -1}, "PurgeBatch", "purge_batch", "-1"},
+		{"lane ttl", postgres.Config{LaneTTL: time.Microsecond}, "LaneTTL", "lane_ttl", "1µs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var fe *postgres.FieldError
+			if err := tt.cfg.Validate(); !errors.As(err, &fe) {
+				t.Fatalf("Validate() = %v, want a *postgres.FieldError", err)
+			}
+			if fe.Field != tt.field || fe.Key != tt.key || fe.Value != tt.in || fe.Allowed == "" {
+				t.Errorf("Validate() = %+v, want field %s, key %s, value %s", fe, tt.field, tt.key, tt.in)
+			}
+		})
+	}
+	if err := (postgres.Config{}).Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+}
