@@ -15,15 +15,14 @@ var ErrInjected = errors.New("strategytest: injected fault")
 
 // Faulty wraps a strategy and injects faults on demand: pushes that fail
 // before the store sees them, pushes whose reply is lost after the store
-// applied them, and failing reads. It records every batch it forwards.
-// It is safe for concurrent use.
+// applied them, and a store that is down (every call fails). It records
+// every batch it forwards. It is safe for concurrent use.
 type Faulty struct {
 	inner strategy.Strategy
 
 	mu       sync.Mutex
 	failPush int // next pushes fail without reaching the store
 	losePush int // next pushes reach the store, then fail
-	failGet  int // next GetCounters fail
 	down     bool
 	batches  []strategy.Batch
 }
@@ -37,9 +36,6 @@ func (f *Faulty) FailPushes(n int) { f.mu.Lock(); f.failPush = n; f.mu.Unlock() 
 // LoseReplies makes the next n pushes reach the store and then fail, as a
 // reply lost after the store applied the batch.
 func (f *Faulty) LoseReplies(n int) { f.mu.Lock(); f.losePush = n; f.mu.Unlock() }
-
-// FailGets makes the next n GetCounters calls fail.
-func (f *Faulty) FailGets(n int) { f.mu.Lock(); f.failGet = n; f.mu.Unlock() }
 
 // SetDown makes every call fail (true) or pass (false).
 func (f *Faulty) SetDown(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
@@ -106,15 +102,12 @@ func (f *Faulty) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy
 	return t, nil
 }
 
-// GetCounters forwards q unless a fault says otherwise.
+// GetCounters forwards q unless the store is down.
 func (f *Faulty) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[strategy.Counter, error] {
 	f.mu.Lock()
-	fail := f.down || f.failGet > 0
-	if f.failGet > 0 {
-		f.failGet--
-	}
+	down := f.down
 	f.mu.Unlock()
-	if fail {
+	if down {
 		return func(yield func(strategy.Counter, error) bool) { yield(strategy.Counter{}, ErrInjected) }
 	}
 	return f.inner.GetCounters(ctx, q)

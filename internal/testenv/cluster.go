@@ -17,12 +17,7 @@ import (
 // for one test; each node's cluster bus listens on its port + 10000. Its
 // fields are read-only.
 type Cluster struct {
-	Addrs  []string // host:port of each master
-	Prefix string   // a key prefix unique to the test
-	// Nodes are the masters, in the order of Addrs; they take faults. A
-	// node stopped and started again keeps its identity and slots (from
-	// its nodes.conf) but not its keys; WaitOK waits for it to rejoin.
-	Nodes []*Redis
+	Addrs []string // host:port of each master
 }
 
 // RedisCluster starts a Redis Cluster of three masters from the local
@@ -33,7 +28,7 @@ type Cluster struct {
 func RedisCluster(t testing.TB) *Cluster {
 	t.Helper()
 	bin := redisBinary(t)
-	c := &Cluster{Prefix: Name("t")}
+	c := &Cluster{}
 	for range 3 {
 		srv, err := newRedisServer(bin, "cluster", 10000, func(root string, port int) ([]string, error) {
 			args, _ := redisArgs(root, port)
@@ -48,7 +43,6 @@ func RedisCluster(t testing.TB) *Cluster {
 		}
 		srv.closeAtCleanup(t)
 		c.Addrs = append(c.Addrs, srv.addr)
-		c.Nodes = append(c.Nodes, &Redis{URL: "redis://" + srv.addr + "/0", Addr: srv.addr, Prefix: c.Prefix, srv: srv})
 	}
 	if err := formCluster(c.Addrs); err != nil {
 		t.Fatalf("testenv: Redis Cluster on %v: %v", c.Addrs, err)
@@ -87,28 +81,6 @@ func formCluster(addrs []string) error {
 			return fmt.Errorf("CLUSTER MEET %s from %s: %w", a, addrs[0], err)
 		}
 	}
-	return waitClusterOK(addrs, clients)
-}
-
-// WaitOK waits until every node reports cluster_state:ok with all slots
-// assigned, as after a node was stopped and started again; it fails t
-// after 30 seconds.
-func (c *Cluster) WaitOK(t testing.TB) {
-	t.Helper()
-	clients := make([]*goredis.Client, len(c.Addrs))
-	for i, a := range c.Addrs {
-		clients[i] = goredis.NewClient(&goredis.Options{Addr: a, MaxRetries: -1})
-		defer clients[i].Close()
-	}
-	if err := waitClusterOK(c.Addrs, clients); err != nil {
-		t.Fatalf("testenv: Redis Cluster on %v: %v", c.Addrs, err)
-	}
-}
-
-// waitClusterOK polls the nodes at addrs, through clients, until all
-// agree the cluster is up.
-func waitClusterOK(addrs []string, clients []*goredis.Client) error {
-	const slots = 16384
 	return pollUntil(30*time.Second, func(ctx context.Context) error {
 		for i, cl := range clients {
 			info, err := cl.ClusterInfo(ctx).Result()

@@ -36,7 +36,7 @@ var docker struct {
 // off.
 func dockerAvailable(logf func(string, ...any)) bool {
 	docker.once.Do(func() {
-		if os.Getenv(EnvDocker) == "0" {
+		if os.Getenv(envDocker) == "0" {
 			return
 		}
 		if !dockerListening() {

@@ -22,13 +22,13 @@ import (
 )
 
 // howPostgres says what makes a PostgreSQL server available.
-const howPostgres = "set " + EnvPostgresURL + " (e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), run a Docker engine, or install PostgreSQL so that initdb and postgres are on PATH or in /usr/lib/postgresql/<version>/bin"
+const howPostgres = "set " + envPostgresURL + " (e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable), run a Docker engine, or install PostgreSQL so that initdb and postgres are on PATH or in /usr/lib/postgresql/<version>/bin"
 
 // Postgres is a PostgreSQL database for one test. Databases from
 // [PrivatePostgres] live on a server of their own, which takes faults:
-// Stop, Kill, Start, Pause, Resume; on any other server those methods fail
-// the test. The fault methods are safe for concurrent use but, like
-// t.Fatal, must be called from the test's goroutine.
+// Stop and Start; on any other server those methods fail the test. The
+// fault methods are safe for concurrent use but, like t.Fatal, must be
+// called from the test's goroutine.
 type Postgres struct {
 	URL      string // URL of the test's own database
 	Database string
@@ -43,7 +43,7 @@ var sharedPostgres shared
 // tests of this binary (a container or a local server).
 func NewPostgres(t testing.TB) *Postgres {
 	t.Helper()
-	base := os.Getenv(EnvPostgresURL)
+	base := os.Getenv(envPostgresURL)
 	if base == "" {
 		base = sharedPostgres.get(t, "PostgreSQL", startSharedPostgres)
 	}
@@ -62,13 +62,13 @@ func PrivatePostgres(t testing.TB) *Postgres {
 	if bins == nil {
 		unavailable(t, "PostgreSQL", "this test starts its own server: "+how)
 	}
-	srv, err := newPostgresServer(bins, user, true)
+	srv, err := newPostgresServer(bins, user)
 	if err != nil {
 		t.Fatalf("testenv: %v", err)
 	}
 	srv.closeAtCleanup(t)
 	// The server goes away with its databases: no drop, which would wait
-	// on a server the test left stopped or paused.
+	// on a server the test left stopped.
 	p := createDatabase(t, postgresURL(srv.addr), false)
 	p.srv = srv
 	return p
@@ -88,53 +88,23 @@ func (p *Postgres) Pool(t testing.TB) *pgxpool.Pool {
 // URLVia returns p's URL with the address of x, a proxy in front of p's
 // server.
 func (p *Postgres) URLVia(x *Proxy) string {
-	return withHost(p.URL, x.Addr())
+	return withHost(p.URL, x.addr)
 }
 
 // Stop stops the server gracefully (SIGINT, PostgreSQL's fast shutdown:
-// clients are disconnected, data is kept). Stopping a stopped server does
-// nothing. Start brings it back.
+// clients are disconnected, committed data is kept). Stopping a stopped
+// server does nothing. Start brings it back.
 func (p *Postgres) Stop(t testing.TB) {
 	t.Helper()
-	fault(t, p.srv, "Stop", p.addr(), func(s *server) error { return s.stop(true) })
+	fault(t, p.srv, "Stop", p.addr(), func(s *server) error { return s.stop() })
 }
 
-// Kill kills the server and all its backends with SIGKILL. Killing a
-// stopped server does nothing. Start brings it back, after crash recovery,
-// with every commit it acknowledged (private servers commit
-// synchronously; they skip fsync, which only a machine crash would show).
-func (p *Postgres) Kill(t testing.TB) {
-	t.Helper()
-	fault(t, p.srv, "Kill", p.addr(), func(s *server) error { return s.stop(false) })
-}
-
-// Start starts a stopped or killed server again on the same port and data
-// directory and returns once it accepts connections. Starting a running
-// server fails the test.
+// Start starts a stopped server again on the same port and data directory
+// and returns once it accepts connections. Starting a running server fails
+// the test.
 func (p *Postgres) Start(t testing.TB) {
 	t.Helper()
 	fault(t, p.srv, "Start", p.addr(), func(s *server) error { return s.start(context.Background()) })
-}
-
-// Pause stops the postmaster and every backend with SIGSTOP: connections
-// stay open, nothing is answered and no new connection completes until
-// Resume. Pausing a paused server does nothing; pausing a stopped one fails
-// the test. A server still paused when the test ends is resumed and
-// stopped, but cleanups registered after PrivatePostgres run first, while
-// it is paused: pgx cancels a query whose context ends over a new
-// connection, and pgxpool.Close waits up to 15 seconds for that cancel
-// when the server is paused, so close pools (or Resume) before the test
-// ends.
-func (p *Postgres) Pause(t testing.TB) {
-	t.Helper()
-	fault(t, p.srv, "Pause", p.addr(), func(s *server) error { return s.pause() })
-}
-
-// Resume continues a paused server and its backends (SIGCONT). Resuming a
-// running server does nothing; resuming a stopped one fails the test.
-func (p *Postgres) Resume(t testing.TB) {
-	t.Helper()
-	fault(t, p.srv, "Resume", p.addr(), func(s *server) error { return s.resume() })
 }
 
 func (p *Postgres) addr() string {
@@ -192,7 +162,7 @@ func startSharedPostgres(logf func(string, ...any)) (string, string, error) {
 		return "", how, nil
 	}
 	start := time.Now()
-	srv, err := newPostgresServer(bins, user, false)
+	srv, err := newPostgresServer(bins, user)
 	if err != nil {
 		return "", "", err
 	}
@@ -278,15 +248,12 @@ func isExecutable(path string) bool {
 
 // newPostgresServer makes a cluster with initdb in a temporary directory
 // and starts postgres on it, on a free loopback port, as user (nil: the
-// current user), tuned for tests: no fsync and no full-page writes, which
-// only matter if the machine crashes. With killable, commits are
-// synchronous: a commit returns once its WAL is written to the kernel (not
-// synced, fsync is off), so a server killed with SIGKILL keeps every
-// commit it acknowledged, as a real one does; with synchronous_commit=off
-// a Kill right after a commit lost it every time, in a measurement, and
-// each commit costs about 0.3 ms more. postgres runs directly, not through
-// pg_ctl, so that the harness owns the process: pg_ctl would detach it.
-func newPostgresServer(bins *pgBins, user *osUser, killable bool) (*server, error) {
+// current user), tuned for tests: no fsync, no full-page writes and
+// asynchronous commits, which only matter if the server or the machine
+// crashes (a graceful Stop keeps every commit). postgres runs directly, not
+// through pg_ctl, so that the harness owns the process: pg_ctl would
+// detach it.
+func newPostgresServer(bins *pgBins, user *osUser) (*server, error) {
 	root, err := tempRoot("postgres", user)
 	if err != nil {
 		return nil, err
@@ -304,10 +271,6 @@ func newPostgresServer(bins *pgBins, user *osUser, killable bool) (*server, erro
 	if err != nil {
 		_ = os.RemoveAll(root)
 		return nil, fmt.Errorf("initdb in %s: %w", root, err)
-	}
-	syncCommit := "off"
-	if killable {
-		syncCommit = "on"
 	}
 	// A Unix socket in root, unless its path would be too long for one.
 	socketDir := root
@@ -333,7 +296,7 @@ func newPostgresServer(bins *pgBins, user *osUser, killable bool) (*server, erro
 					"-c", "listen_addresses=127.0.0.1",
 					"-c", "unix_socket_directories=" + socketDir,
 					"-c", "fsync=off",
-					"-c", "synchronous_commit=" + syncCommit,
+					"-c", "synchronous_commit=off",
 					"-c", "full_page_writes=off",
 					"-c", "max_connections=300",
 					// A backstop: a backend left running a query after its test

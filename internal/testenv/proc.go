@@ -16,15 +16,15 @@ import (
 
 // This file holds the processes the harness starts and what they need: free
 // ports, readiness polling, temporary directories and log tails. The
-// operating-system parts (signals, process tables) are in proc_unix.go; the
-// state machine of a server (Stop, Kill, Start, Pause, Resume) in
+// operating-system parts (signals, process groups) are in proc_unix.go and
+// spawn_*.go; the state machine of a server (Start, Stop, Pause, Resume) in
 // server.go.
 
 // How long the harness waits for things that should be quick.
 const (
-	readyTimeout = 60 * time.Second // a server answers after start
-	stopGrace    = 15 * time.Second // a graceful stop, before SIGKILL
-	goneTimeout  = 10 * time.Second // killed processes disappear
+	readyTimeout  = 60 * time.Second // a server answers after start
+	stopGrace     = 15 * time.Second // a graceful stop, before SIGKILL
+	signalTimeout = 10 * time.Second // a killed process exits, a paused one stops
 )
 
 // osUser is the OS user a server runs as when it is not the test binary's.
@@ -43,9 +43,6 @@ type procSpec struct {
 	dir  string   // working directory
 	log  string   // file the output is appended to; empty: discarded
 	user *osUser  // nil: the test binary's user
-	// watchdog marks the helper that revives paused processes if the test
-	// binary dies: it gets SIGTERM, not SIGKILL, when its parent dies.
-	watchdog bool
 }
 
 // proc is one process the harness started. done is closed once it has
@@ -56,11 +53,6 @@ type proc struct {
 	pid  int
 	done chan struct{}
 	err  error
-
-	// Set by pause, cleared by resume; used by one goroutine at a time
-	// (server.mu).
-	stopped  []int // descendants stopped with the process
-	watchdog *proc
 }
 
 // exited reports whether p has exited.

@@ -3,24 +3,21 @@
 package testenv
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
 )
 
-// Processes are started in their own process group (so that the group can
-// be signalled without touching the test binary) and, on Linux, with a
-// parent-death signal, so that they die with the test binary even when
-// nothing stops them. PostgreSQL backends put themselves in sessions of
-// their own, so the harness signals a server's descendants one by one, found
-// in the process table.
+// Each process is started in a process group of its own, so that SIGKILL,
+// SIGSTOP and SIGCONT reach whatever it forked and never the test binary,
+// and (on Linux) with a parent-death signal; see spawn_linux.go.
 
 // startProc starts spec.
 func startProc(spec procSpec) (*proc, error) {
@@ -63,200 +60,83 @@ func credential(u *osUser) *syscall.Credential {
 	return &syscall.Credential{Uid: u.uid, Gid: u.gid, Groups: u.groups}
 }
 
-// stop sends sig to p and waits up to grace for it and its descendants to
-// exit; then it kills them.
-func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
+// signalGroup sends sig to p's process group, unless p has exited (its pid
+// may belong to another process by now).
+func (p *proc) signalGroup(sig syscall.Signal) error {
 	if p.exited() {
-		return p.resume()
+		return nil
 	}
-	kids := descendants(p.pid)
+	if err := syscall.Kill(-p.pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("%v %s (pid %d): %w", sig, p.spec.name, p.pid, err)
+	}
+	return nil
+}
+
+// stop continues p if it is paused, sends it sig and waits up to grace for
+// it to exit; then it kills it. A PostgreSQL postmaster ends its backends
+// before it exits.
+func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
 	if err := p.resume(); err != nil {
 		return err
+	}
+	if p.exited() {
+		return nil
 	}
 	_ = syscall.Kill(p.pid, sig)
 	if !p.wait(grace) {
 		err := p.kill()
 		return errors.Join(fmt.Errorf("%s did not exit within %v of %v; killed", p.spec.name, grace, sig), err)
 	}
-	return waitGone(kids)
+	return nil
 }
 
-// kill kills p, its process group and its descendants with SIGKILL and
-// waits until they are gone.
+// kill kills p's process group with SIGKILL and waits until p is gone.
+// Processes that left the group (PostgreSQL's backends, which start
+// sessions of their own) exit once they see the postmaster gone.
 func (p *proc) kill() error {
-	defer p.dropWatchdog()
-	kids := p.stopped
-	p.stopped = nil
-	if p.exited() {
-		// Its pid may belong to another process now: signal nothing by it.
-		return waitGone(kids)
+	_ = p.signalGroup(syscall.SIGKILL)
+	if !p.wait(signalTimeout) {
+		return fmt.Errorf("%s (pid %d) still running %v after SIGKILL", p.spec.name, p.pid, signalTimeout)
 	}
-	// Stop p first so that it forks no child that the kill would miss.
-	_ = syscall.Kill(p.pid, syscall.SIGSTOP)
-	_ = waitStopped([]int{p.pid})
-	kids = append(descendants(p.pid), kids...)
-	for _, k := range kids {
-		_ = syscall.Kill(k, syscall.SIGKILL)
-	}
-	_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-	_ = syscall.Kill(p.pid, syscall.SIGKILL)
-	if !p.wait(goneTimeout) {
-		return fmt.Errorf("%s (pid %d) still running %v after SIGKILL", p.spec.name, p.pid, goneTimeout)
-	}
-	return waitGone(kids)
+	return nil
 }
 
-// pause stops p and all its descendants with SIGSTOP. If p has
-// descendants (PostgreSQL's backends), a watchdog process continues and
-// kills them should the test binary die while they are stopped; nothing
-// else would, since they live in sessions of their own.
+// pause stops p's process group with SIGSTOP and, where /proc tells,
+// waits until p is stopped.
 func (p *proc) pause() error {
-	if err := syscall.Kill(p.pid, syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("SIGSTOP %s (pid %d): %w", p.spec.name, p.pid, err)
-	}
-	// Once p is stopped it forks no more; stop what it forked before.
-	if err := waitStopped([]int{p.pid}); err != nil {
+	if err := p.signalGroup(syscall.SIGSTOP); err != nil {
 		return err
 	}
-	for range 10 {
-		kids := descendants(p.pid)
-		var running []int
-		for _, k := range kids {
-			if !slices.Contains(p.stopped, k) {
-				p.stopped = append(p.stopped, k)
-			}
-			if st, ok := procState(k); ok && !isStopped(st) {
-				running = append(running, k)
-				_ = syscall.Kill(k, syscall.SIGSTOP)
-			}
-		}
-		if len(running) == 0 {
-			break
-		}
-		if err := waitStopped(running); err != nil {
-			return err
-		}
-	}
-	if len(p.stopped) > 0 {
-		w, err := startWatchdog(append([]int{p.pid}, p.stopped...))
-		if err != nil {
-			return err
-		}
-		p.watchdog = w
-	}
-	return nil
-}
-
-// resume continues p and the descendants pause stopped.
-func (p *proc) resume() error {
-	defer p.dropWatchdog()
-	kids := p.stopped
-	p.stopped = nil
-	if p.exited() {
-		for _, k := range kids {
-			_ = syscall.Kill(k, syscall.SIGCONT)
-		}
-		return nil
-	}
-	if err := syscall.Kill(p.pid, syscall.SIGCONT); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("SIGCONT %s (pid %d): %w", p.spec.name, p.pid, err)
-	}
-	for _, k := range append(descendants(p.pid), kids...) {
-		_ = syscall.Kill(k, syscall.SIGCONT)
-	}
-	return nil
-}
-
-func (p *proc) dropWatchdog() {
-	if w := p.watchdog; w != nil {
-		p.watchdog = nil
-		_ = syscall.Kill(-w.pid, syscall.SIGKILL)
-		w.wait(goneTimeout)
-	}
-}
-
-// watchdogScript continues and kills the processes given as arguments when
-// it gets SIGTERM (the parent-death signal, on Linux) or sees its parent,
-// the test binary, gone.
-const watchdogScript = `revive() { kill -CONT "$@" 2>/dev/null; kill -KILL "$@" 2>/dev/null; exit 0; }
-trap 'revive "$@"' TERM
-while kill -0 "$PPID" 2>/dev/null; do sleep 1 & wait $!; done
-revive "$@"`
-
-func startWatchdog(pids []int) (*proc, error) {
-	args := []string{"-c", watchdogScript, "testenv-watchdog"}
-	for _, pid := range pids {
-		args = append(args, strconv.Itoa(pid))
-	}
-	return startProc(procSpec{name: "watchdog", path: "/bin/sh", args: args, watchdog: true})
-}
-
-// waitStopped waits until every process of pids is stopped (or gone).
-func waitStopped(pids []int) error {
-	deadline := time.Now().Add(goneTimeout)
+	deadline := time.Now().Add(signalTimeout)
 	for {
-		var left []int
-		for _, pid := range pids {
-			if st, ok := procState(pid); ok && !isStopped(st) && !isDead(st) {
-				left = append(left, pid)
-			}
-		}
-		if len(left) == 0 {
+		st, ok := procState(p.pid)
+		if !ok || st == 'T' || st == 't' || st == 'Z' || st == 'X' {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v not stopped %v after SIGSTOP", left, goneTimeout)
+			return fmt.Errorf("%s (pid %d) in state %c %v after SIGSTOP", p.spec.name, p.pid, st, signalTimeout)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
 }
 
-// waitGone waits until no process of pids is alive; zombies count as
-// gone, since whoever adopted them may not reap them.
-func waitGone(pids []int) error {
-	deadline := time.Now().Add(goneTimeout)
-	for {
-		var left []int
-		for _, pid := range pids {
-			if st, ok := procState(pid); ok && !isDead(st) {
-				left = append(left, pid)
-			}
-		}
-		if len(left) == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("processes %v still alive %v after their server exited", left, goneTimeout)
-		}
-		time.Sleep(5 * time.Millisecond)
+// resume continues p's process group with SIGCONT.
+func (p *proc) resume() error { return p.signalGroup(syscall.SIGCONT) }
+
+// procState returns the state letter of pid from /proc/pid/stat ("pid
+// (comm) state ..."; comm may hold spaces and parentheses): R, S, T
+// (stopped), Z (zombie)... It reports false where there is no such file:
+// pid is gone, or the system has no Linux-style /proc.
+func procState(pid int) (byte, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
 	}
-}
-
-func isStopped(state byte) bool { return state == 'T' || state == 't' }
-func isDead(state byte) bool    { return state == 'Z' || state == 'X' }
-
-// psEntry is one row of the process table.
-type psEntry struct {
-	pid, ppid int
-	state     byte // as ps shows it: R, S, T (stopped), Z (zombie)...
-}
-
-// descendants returns the live descendants of pid.
-func descendants(pid int) []int {
-	table := processTable()
-	var out []int
-	frontier := []int{pid}
-	for len(frontier) > 0 {
-		parent := frontier[0]
-		frontier = frontier[1:]
-		for _, e := range table {
-			if e.ppid == parent && !isDead(e.state) {
-				out = append(out, e.pid)
-				frontier = append(frontier, e.pid)
-			}
-		}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0, false
 	}
-	return out
+	return b[i+2], true
 }
 
 // pidExists reports whether a process pid exists (as far as this user can

@@ -54,9 +54,6 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	return p
 }
 
-// Addr returns the proxy's host:port, the same for its whole life.
-func (p *Proxy) Addr() string { return p.addr }
-
 // SetLatency delays the data forwarded in each direction by d from now on
 // (0 removes the delay). Data keeps its order, and a stream keeps its
 // throughput: each chunk is held d after it arrived, not after the one

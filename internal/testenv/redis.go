@@ -19,14 +19,13 @@ import (
 )
 
 // howRedis says what makes a Redis server available.
-const howRedis = "set " + EnvRedisURL + " (e.g. redis://127.0.0.1:6379/0), run a Docker engine, or put redis-server on PATH"
+const howRedis = "set " + envRedisURL + " (e.g. redis://127.0.0.1:6379/0), run a Docker engine, or put redis-server on PATH"
 
 // Redis is a Redis server for one test and the key prefix the test owns on
-// it. Servers from [PrivateRedis] (and the nodes of [RedisCluster] and
-// [RedisSentinel]) take faults: Stop, Kill, Start, Pause, Resume; on any
-// other server those methods fail the test. The fault methods are safe for
-// concurrent use but, like t.Fatal, must be called from the test's
-// goroutine.
+// it. Servers from [PrivateRedis] take faults: Stop, Start, Pause, Resume;
+// on any other server those methods fail the test. The fault methods are
+// safe for concurrent use but, like t.Fatal, must be called from the
+// test's goroutine.
 type Redis struct {
 	URL    string // redis://host:port/db
 	Addr   string // host:port
@@ -43,7 +42,7 @@ var sharedRedis shared
 // with Prefix; nothing removes them.
 func NewRedis(t testing.TB) *Redis {
 	t.Helper()
-	u := os.Getenv(EnvRedisURL)
+	u := os.Getenv(envRedisURL)
 	if u == "" {
 		u = sharedRedis.get(t, "Redis", startSharedRedis)
 	}
@@ -83,34 +82,28 @@ func (r *Redis) Client(t testing.TB) *goredis.Client {
 
 // URLVia returns r's URL with the address of p, a proxy in front of r.
 func (r *Redis) URLVia(p *Proxy) string {
-	return withHost(r.URL, p.Addr())
+	return withHost(r.URL, p.addr)
 }
 
 // Stop stops the server gracefully (SIGTERM). Stopping a stopped server
 // does nothing. Start brings it back.
 func (r *Redis) Stop(t testing.TB) {
 	t.Helper()
-	fault(t, r.srv, "Stop", r.Addr, func(s *server) error { return s.stop(true) })
+	fault(t, r.srv, "Stop", r.Addr, func(s *server) error { return s.stop() })
 }
 
-// Kill kills the server with SIGKILL. Killing a stopped server does
-// nothing. Start brings it back.
-func (r *Redis) Kill(t testing.TB) {
-	t.Helper()
-	fault(t, r.srv, "Kill", r.Addr, func(s *server) error { return s.stop(false) })
-}
-
-// Start starts a stopped or killed server again on the same port and
-// returns once it answers. It comes back empty: the harness's Redis servers
-// keep nothing on disk, unless the test turned saving on (CONFIG SET save),
-// in which case a graceful Stop saves and Start loads the data again.
+// Start starts a stopped server again on the same port and returns once it
+// answers. It comes back empty: the harness's Redis servers keep nothing on
+// disk, unless the test turned saving on (CONFIG SET save), in which case
+// Stop saves and Start loads the data again.
 // Starting a running server fails the test.
 func (r *Redis) Start(t testing.TB) {
 	t.Helper()
 	fault(t, r.srv, "Start", r.Addr, func(s *server) error { return s.start(context.Background()) })
 }
 
-// Pause stops the server process with SIGSTOP: connections stay open and
+// Pause stops the server process (its process group) with SIGSTOP, and
+// returns once it is stopped where /proc tells: connections stay open and
 // nothing is answered until Resume. Pausing a paused server does nothing;
 // pausing a stopped one fails the test. A server still paused when the test
 // ends is resumed and stopped.
@@ -131,7 +124,7 @@ func (r *Redis) Resume(t testing.TB) {
 func fault(t testing.TB, srv *server, op, addr string, do func(*server) error) {
 	t.Helper()
 	if srv == nil {
-		t.Fatalf("testenv: %s %s: the harness did not start this server for this test; faults need a server from PrivateRedis, PrivatePostgres, RedisCluster or RedisSentinel", op, addr)
+		t.Fatalf("testenv: %s %s: the harness did not start this server for this test; faults need a server from PrivateRedis or PrivatePostgres", op, addr)
 	}
 	if err := do(srv); err != nil {
 		t.Fatalf("testenv: %s: %v", op, err)

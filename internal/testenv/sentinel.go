@@ -13,24 +13,21 @@ import (
 )
 
 // Sentinel is a Redis master watched by one Redis Sentinel, started for one
-// test: what goredis.NewFailoverClient needs. Its fields are read-only.
+// test: what goredis.NewFailoverClient needs.
 type Sentinel struct {
-	MasterName string   // the name the sentinel knows the master by
-	Addrs      []string // host:port of the sentinels
-	Master     *Redis   // the master; it takes faults
-	Prefix     string   // a key prefix unique to the test
+	masterName string   // the name the sentinel knows the master by
+	addrs      []string // host:port of the sentinels
 }
 
 // RedisSentinel starts a Redis master and a sentinel that monitors it
 // (quorum 1, down after one second) from the local redis-server binary for
 // t alone, and returns once the sentinel knows the master. Both are stopped
 // when t ends. It skips t (or fails it under RATESYNC_REQUIRE_SERVERS=1)
-// when there is no binary. With no replica there is no failover: stopping
-// the master makes the sentinel report it down, nothing more.
+// when there is no binary. There is no replica, so no failover.
 func RedisSentinel(t testing.TB) *Sentinel {
 	t.Helper()
 	master := PrivateRedis(t)
-	s := &Sentinel{MasterName: "ratesync", Master: master, Prefix: master.Prefix}
+	s := &Sentinel{masterName: "ratesync"}
 	bin := redisBinary(t)
 	srv, err := newRedisServer(bin, "sentinel", 0, func(root string, port int) ([]string, error) {
 		conf := filepath.Join(root, "sentinel.conf")
@@ -39,7 +36,7 @@ func RedisSentinel(t testing.TB) *Sentinel {
 			"sentinel monitor %[3]s 127.0.0.1 %[4]s 1\n"+
 			"sentinel down-after-milliseconds %[3]s 1000\n"+
 			"sentinel failover-timeout %[3]s 5000\n",
-			port, root, s.MasterName, masterPort)
+			port, root, s.masterName, masterPort)
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			return nil, fmt.Errorf("write %s: %w", conf, err)
 		}
@@ -49,11 +46,11 @@ func RedisSentinel(t testing.TB) *Sentinel {
 		t.Fatalf("testenv: Redis Sentinel: %v", err)
 	}
 	srv.closeAtCleanup(t)
-	s.Addrs = []string{srv.addr}
+	s.addrs = []string{srv.addr}
 	sc := goredis.NewSentinelClient(&goredis.Options{Addr: srv.addr, MaxRetries: -1})
 	defer sc.Close()
 	err = pollUntil(30*time.Second, func(ctx context.Context) error {
-		addr, err := sc.GetMasterAddrByName(ctx, s.MasterName).Result()
+		addr, err := sc.GetMasterAddrByName(ctx, s.masterName).Result()
 		if err != nil {
 			return err
 		}
@@ -71,7 +68,7 @@ func RedisSentinel(t testing.TB) *Sentinel {
 // Client returns a failover client of s, closed when the test ends.
 func (s *Sentinel) Client(t testing.TB) *goredis.Client {
 	t.Helper()
-	c := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: s.MasterName, SentinelAddrs: s.Addrs})
+	c := goredis.NewFailoverClient(&goredis.FailoverOptions{MasterName: s.masterName, SentinelAddrs: s.addrs})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }

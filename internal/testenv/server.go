@@ -60,33 +60,27 @@ func (s *server) start(ctx context.Context) error {
 	return nil
 }
 
-// stop stops s: gracefully (its stop signal, then SIGKILL after a grace
-// period) or at once with SIGKILL. Stopping a stopped server does nothing.
-func (s *server) stop(graceful bool) error {
+// stop stops s with its stop signal, and SIGKILL if it is not gone after a
+// grace period. Stopping a stopped server does nothing.
+func (s *server) stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stopLocked(graceful)
+	return s.stopLocked()
 }
 
-func (s *server) stopLocked(graceful bool) error {
+func (s *server) stopLocked() error {
 	p := s.p
 	if p == nil {
 		return nil
 	}
 	s.p, s.paused = nil, false
-	var err error
-	if graceful {
-		err = p.stop(s.stopSig, stopGrace)
-	} else {
-		err = p.kill()
-	}
-	if err != nil {
+	if err := p.stop(s.stopSig, stopGrace); err != nil {
 		return fmt.Errorf("stop %s %s: %w%s", s.kind, s.addr, err, formatTail(s.spec.log, logTail(s.spec.log)))
 	}
 	return nil
 }
 
-// pause stops s's processes with SIGSTOP, so that it accepts no work and
+// pause stops s's process group with SIGSTOP, so that it accepts no work and
 // answers nothing. Pausing a paused server does nothing.
 func (s *server) pause() error {
 	s.mu.Lock()
@@ -130,7 +124,7 @@ func (s *server) close() error {
 		return nil
 	}
 	s.closed = true
-	err := s.stopLocked(true)
+	err := s.stopLocked()
 	if s.root != "" {
 		if rerr := os.RemoveAll(s.root); rerr != nil && err == nil {
 			err = fmt.Errorf("remove %s: %w", s.root, rerr)

@@ -1,16 +1,17 @@
 // Package testenv provides real Redis and PostgreSQL servers to tests, a TCP
-// proxy that injects network faults, and process-level faults (stop, kill,
-// pause) on the servers it started itself. Test-only: nothing outside
-// _test.go files imports it. It owns server discovery and the lifetime of
-// every process it starts; it does not own schemas or keys, which belong to
-// the code under test.
+// proxy that injects network faults, and the process faults the project's
+// tests use (stop and start, pause and resume) on servers it started
+// itself. Test-only: nothing outside _test.go files imports it. It owns
+// server discovery and the lifetime of every process it starts; it does
+// not own schemas or keys, which belong to the code under test.
 //
 // # Where servers come from
 //
 // [NewRedis] and [NewPostgres] look, in order, for:
 //
 //  1. RATESYNC_TEST_REDIS_URL / RATESYNC_TEST_POSTGRES_URL (the server is
-//     used as is and never stopped);
+//     used as is and never stopped; the PostgreSQL user must be allowed to
+//     CREATE DATABASE);
 //  2. a Docker engine that answers within a second: one container per test
 //     binary, started with testcontainers-go's redis and postgres modules
 //     (RATESYNC_TEST_DOCKER=0 skips this step);
@@ -22,10 +23,10 @@
 //
 // The servers the harness starts keep nothing they need not: Redis runs
 // with --save "" --appendonly no; PostgreSQL with fsync=off,
-// full_page_writes=off and (shared server only) synchronous_commit=off,
-// listening on 127.0.0.1 and a Unix socket in its temporary directory.
-// Readiness is polled (PING, a pgx connection) with a deadline; a server's
-// output goes to a log file whose last lines end any error about it.
+// full_page_writes=off and synchronous_commit=off, listening on 127.0.0.1
+// and a Unix socket in its temporary directory. Readiness is polled (PING,
+// a pgx connection) with a deadline; a server's output goes to a log file
+// whose last lines end any error about it.
 //
 // When none is found the test is skipped with a message naming the
 // variables and binaries that enable it; with RATESYNC_REQUIRE_SERVERS=1
@@ -37,11 +38,23 @@
 // # Private servers and faults
 //
 // [PrivateRedis], [PrivatePostgres], [RedisCluster] and [RedisSentinel]
-// always start servers from local binaries for the calling test alone, so
-// a test can Stop, Kill, Start, Pause and Resume them without disturbing
-// other tests. [NewProxy] puts a TCP proxy in front of any server, for
-// latency, cut connections and lost replies. Private PostgreSQL servers
-// commit synchronously, so that Kill loses nothing they acknowledged.
+// always start servers from local binaries for the calling test alone.
+// Those of PrivateRedis take Stop, Start, Pause and Resume, those of
+// PrivatePostgres Stop and Start, without disturbing other tests.
+// [NewProxy] puts a TCP proxy in front of any server, for latency, cut and
+// reset connections and lost replies.
+//
+// # Process lifetime
+//
+// Every server is started in a process group of its own and, on Linux,
+// with a parent-death signal: the kernel sends it SIGKILL when the test
+// binary dies, however it dies, even while the server is paused (SIGKILL
+// ends a stopped process). The signal is tied to the OS thread that started
+// the child, so all children are started from one goroutine locked to its
+// thread for the life of the binary. PostgreSQL's backends, in sessions of
+// their own, exit when they see their postmaster gone. Other Unix systems
+// have no such signal: there a server outlives a test binary that dies
+// without running its cleanups. Without Unix, no local server is started.
 //
 // # TestMain
 //
@@ -50,10 +63,9 @@
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 //
-// Without it the servers still die with the test binary (they are started
-// with a parent-death signal on Linux) but skip a clean shutdown, and their
-// temporary directories are removed only by the next test binary that
-// starts a server.
+// Without it the servers still die with the test binary (on Linux) but
+// skip a clean shutdown, and their temporary directories are removed only
+// by the next test binary that starts a server.
 package testenv
 
 import (
@@ -70,19 +82,19 @@ import (
 
 // Environment variables.
 const (
-	// EnvRedisURL names a Redis server to use instead of starting one,
+	// envRedisURL names a Redis server to use instead of starting one,
 	// e.g. redis://127.0.0.1:6379/0.
-	EnvRedisURL = "RATESYNC_TEST_REDIS_URL"
-	// EnvPostgresURL names a PostgreSQL server to use instead of starting
+	envRedisURL = "RATESYNC_TEST_REDIS_URL"
+	// envPostgresURL names a PostgreSQL server to use instead of starting
 	// one; its user must be allowed to CREATE DATABASE, e.g.
 	// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable.
-	EnvPostgresURL = "RATESYNC_TEST_POSTGRES_URL"
-	// EnvRequireServers set to 1 turns every skip for want of a server into
+	envPostgresURL = "RATESYNC_TEST_POSTGRES_URL"
+	// envRequireServers set to 1 turns every skip for want of a server into
 	// a failure (for CI, where a silently skipped suite is a bug).
-	EnvRequireServers = "RATESYNC_REQUIRE_SERVERS"
-	// EnvDocker set to 0 stops the harness from trying a Docker engine, so
+	envRequireServers = "RATESYNC_REQUIRE_SERVERS"
+	// envDocker set to 0 stops the harness from trying a Docker engine, so
 	// that local binaries are used even where Docker runs.
-	EnvDocker = "RATESYNC_TEST_DOCKER"
+	envDocker = "RATESYNC_TEST_DOCKER"
 )
 
 // Main runs the tests of a package and then stops the servers the harness
@@ -143,8 +155,8 @@ func warnNoMain(t testing.TB) {
 func unavailable(t testing.TB, what, how string) {
 	t.Helper()
 	msg := fmt.Sprintf("testenv: no %s server for this test: %s", what, how)
-	if os.Getenv(EnvRequireServers) == "1" {
-		t.Fatal(msg + " (" + EnvRequireServers + "=1 forbids skipping)")
+	if os.Getenv(envRequireServers) == "1" {
+		t.Fatal(msg + " (" + envRequireServers + "=1 forbids skipping)")
 	}
 	t.Skip(msg)
 }
