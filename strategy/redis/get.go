@@ -163,22 +163,22 @@ func (s *Store) getAll(ctx context.Context, q strategy.Query, sizes []time.Durat
 			hashes = append(hashes, &hashRead{key: windowKey(s.tag(q.Namespace, sh), size.Milliseconds(), start.UnixMilli()), size: size, start: start})
 		}
 	})
-	r := &allReader{s: s, op: fmt.Sprintf("get namespace %q", q.Namespace), yield: yield}
+	op := fmt.Sprintf("get namespace %q", q.Namespace)
 
 	// Round 1: the size of each hash.
-	todo, err := r.lengths(ctx, hashes)
+	todo, err := s.hashLengths(ctx, op, hashes)
 	if err != nil {
 		return err
 	}
 	// Next rounds: small hashes whole, big ones a page at a time, until
 	// every cursor is back to 0.
 	for len(todo) > 0 {
-		if err := r.send(ctx, todo); err != nil {
+		if err := s.readHashes(ctx, op, todo); err != nil {
 			return err
 		}
 		next := todo[:0]
 		for _, h := range todo {
-			more, err := r.parse(h)
+			more, err := h.yieldReply(op, yield)
 			if err != nil {
 				return stopped(err)
 			}
@@ -203,19 +203,12 @@ type hashRead struct {
 	scan   *goredis.ScanCmd
 }
 
-// allReader runs the rounds of getAll.
-type allReader struct {
-	s     *Store
-	op    string
-	yield func(strategy.Counter, error) bool
-}
-
-// lengths reads the number of fields of each hash (HLEN, pipelined) and
-// returns the hashes that have some.
-func (r *allReader) lengths(ctx context.Context, hashes []*hashRead) ([]*hashRead, error) {
+// hashLengths reads the number of fields of each hash (HLEN, pipelined)
+// and returns the hashes that have some.
+func (s *Store) hashLengths(ctx context.Context, op string, hashes []*hashRead) ([]*hashRead, error) {
 	var lens []*goredis.IntCmd
-	err := r.s.call(ctx, func() string { return r.op }, func(ctx context.Context) error {
-		pipe := r.s.c.Pipeline()
+	err := s.call(ctx, func() string { return op }, func(ctx context.Context) error {
+		pipe := s.c.Pipeline()
 		cs := make([]*goredis.IntCmd, len(hashes))
 		for i, h := range hashes {
 			cs[i] = pipe.HLen(ctx, h.key)
@@ -231,7 +224,7 @@ func (r *allReader) lengths(ctx context.Context, hashes []*hashRead) ([]*hashRea
 	for i, h := range hashes {
 		n, err := lens[i].Result()
 		if err != nil {
-			return nil, fmt.Errorf("redis: %s: HLEN %s: %w", r.op, h.key, err)
+			return nil, fmt.Errorf("redis: %s: HLEN %s: %w", op, h.key, err)
 		}
 		if h.n = n; n > 0 {
 			todo = append(todo, h)
@@ -240,16 +233,17 @@ func (r *allReader) lengths(ctx context.Context, hashes []*hashRead) ([]*hashRea
 	return todo, nil
 }
 
-// send reads each hash of todo, pipelined: a hash of up to ScanThreshold
-// fields whole (HGETALL), a bigger one by its next page (HSCAN).
-func (r *allReader) send(ctx context.Context, todo []*hashRead) error {
-	return r.s.call(ctx, func() string { return r.op }, func(ctx context.Context) error {
-		pipe := r.s.c.Pipeline()
+// readHashes reads each hash of todo, pipelined: a hash of up to
+// ScanThreshold fields whole (HGETALL), a bigger one by its next page
+// (HSCAN).
+func (s *Store) readHashes(ctx context.Context, op string, todo []*hashRead) error {
+	return s.call(ctx, func() string { return op }, func(ctx context.Context) error {
+		pipe := s.c.Pipeline()
 		for _, h := range todo {
-			if h.n <= int64(r.s.cfg.ScanThreshold) {
+			if h.n <= int64(s.cfg.ScanThreshold) {
 				h.all = pipe.HGetAll(ctx, h.key)
 			} else {
-				h.scan = pipe.HScan(ctx, h.key, h.cursor, "", int64(r.s.cfg.FieldsPerCommand))
+				h.scan = pipe.HScan(ctx, h.key, h.cursor, "", int64(s.cfg.FieldsPerCommand))
 			}
 		}
 		_, _ = pipe.Exec(ctx)
@@ -257,16 +251,17 @@ func (r *allReader) send(ctx context.Context, todo []*hashRead) error {
 	})
 }
 
-// parse yields the counters of h's reply to send, and reports whether h
-// has more pages to read. It returns errStop when the consumer stopped.
-func (r *allReader) parse(h *hashRead) (more bool, err error) {
+// yieldReply yields the counters of h's reply to readHashes, and reports
+// whether h has more pages to read. It returns errStop when the consumer
+// stopped.
+func (h *hashRead) yieldReply(op string, yield func(strategy.Counter, error) bool) (more bool, err error) {
 	if h.all != nil {
 		m, err := h.all.Result()
 		if err != nil {
-			return false, fmt.Errorf("redis: %s: HGETALL %s: %w", r.op, h.key, err)
+			return false, fmt.Errorf("redis: %s: HGETALL %s: %w", op, h.key, err)
 		}
 		for f, v := range m {
-			if err := r.emit(h, f, v); err != nil {
+			if err := h.emit(op, f, v, yield); err != nil {
 				return false, err
 			}
 		}
@@ -274,13 +269,13 @@ func (r *allReader) parse(h *hashRead) (more bool, err error) {
 	}
 	page, cursor, err := h.scan.Result()
 	if err != nil {
-		return false, fmt.Errorf("redis: %s: HSCAN %s: %w", r.op, h.key, err)
+		return false, fmt.Errorf("redis: %s: HSCAN %s: %w", op, h.key, err)
 	}
 	if h.seen == nil {
 		h.seen = make(map[string]struct{}, h.n)
 	}
 	for i := 0; i+1 < len(page); i += 2 {
-		if err := r.emit(h, page[i], page[i+1]); err != nil {
+		if err := h.emit(op, page[i], page[i+1], yield); err != nil {
 			return false, err
 		}
 	}
@@ -289,7 +284,7 @@ func (r *allReader) parse(h *hashRead) (more bool, err error) {
 }
 
 // emit yields one counter of h, once.
-func (r *allReader) emit(h *hashRead, field, value string) error {
+func (h *hashRead) emit(op, field, value string, yield func(strategy.Counter, error) bool) error {
 	if h.seen != nil {
 		if _, dup := h.seen[field]; dup {
 			return nil
@@ -298,9 +293,9 @@ func (r *allReader) emit(h *hashRead, field, value string) error {
 	}
 	n, err := parseCount(value)
 	if err != nil {
-		return fmt.Errorf("redis: %s: %s: key %s: %w", r.op, h.key, quote(field), err)
+		return fmt.Errorf("redis: %s: %s: key %s: %w", op, h.key, quote(field), err)
 	}
-	if !r.yield(strategy.Counter{Key: field, WindowStart: h.start, WindowSize: h.size, Count: n}, nil) {
+	if !yield(strategy.Counter{Key: field, WindowStart: h.start, WindowSize: h.size, Count: n}, nil) {
 		return errStop
 	}
 	return nil
