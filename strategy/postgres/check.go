@@ -67,70 +67,21 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 	if err := checkChecks(node, checks); err != nil {
 		return nil, err
 	}
-
-	// The rows, each once, sorted by primary key.
-	type row struct {
-		k      rowKey
-		create bool
-	}
-	idx := make(map[rowKey]int)
-	var rows []row
-	add := func(k rowKey, create bool) {
-		if i, ok := idx[k]; ok {
-			rows[i].create = rows[i].create || create
-			return
-		}
-		idx[k] = len(rows)
-		rows = append(rows, row{k, create})
-	}
-	nlim := 0
-	for _, c := range checks {
-		for _, l := range c.Limits {
-			cur := rowKey{c.Namespace, l.WindowSize.Milliseconds(), strategy.WindowStart(c.Now, l.WindowSize).UnixMilli(), c.Key}
-			add(cur, true)
-			add(cur.prev(), false)
-			nlim++
-		}
-	}
-	slices.SortFunc(rows, func(a, b row) int { return a.k.compare(b.k) })
-	r := newColumns(len(rows), false)
-	create := make([]bool, len(rows))
-	for i, x := range rows {
-		idx[x.k] = i + 1 // 1-based: PostgreSQL arrays
-		r.add(x.k)
-		create[i] = x.create
-	}
-
-	costs := make([]float64, len(checks))
-	counts := make([]int32, len(checks))
-	lcur, lprev := make([]int32, 0, nlim), make([]int32, 0, nlim)
-	weights, limits := make([]float64, 0, nlim), make([]float64, 0, nlim)
-	for i, c := range checks {
-		costs[i], counts[i] = c.Cost, int32(len(c.Limits))
-		for _, l := range c.Limits {
-			cur := rowKey{c.Namespace, l.WindowSize.Milliseconds(), strategy.WindowStart(c.Now, l.WindowSize).UnixMilli(), c.Key}
-			w := 0.0
-			if !l.Fixed {
-				w = strategy.Weight(c.Now, l.WindowSize)
-			}
-			lcur = append(lcur, int32(idx[cur]))
-			lprev = append(lprev, int32(idx[cur.prev()]))
-			weights = append(weights, w)
-			limits = append(limits, l.Limit)
-		}
-	}
-
+	idx := make(map[rowKey]int) // row -> position, here so that it stays on the stack
+	rows := checkRows(checks, idx)
+	a := newCheckArgs(checks, idx)
 	var (
 		applied   bool
 		allowed   []bool
 		cur, prev []float64
 	)
 	err := s.pool.QueryRow(ctx, s.q.check, node, seqParam(seq),
-		r.ns, r.size, r.start, r.key, create, costs, counts, lcur, lprev, weights, limits,
+		rows.ns, rows.size, rows.start, rows.key, rows.create, a.costs, a.counts, a.lcur, a.lprev, a.weights, a.limits,
 	).Scan(&applied, &allowed, &cur, &prev)
 	if err != nil {
 		return nil, dbErr(ctx, fmt.Sprintf("check and count batch %d of node %q (%d checks)", seq, node, len(checks)), err)
 	}
+	nlim := len(a.limits)
 	if len(allowed) != len(checks) || len(cur) != nlim || len(prev) != nlim {
 		return nil, fmt.Errorf("postgres: check and count batch %d of node %q: %d results and %d totals for %d checks and %d limits", seq, node, len(allowed), len(cur), len(checks), nlim)
 	}
@@ -145,4 +96,87 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 		}
 	}
 	return out, nil
+}
+
+// limitKey is the row of the current window of a check's limit.
+func limitKey(c strategy.Check, l strategy.CheckLimit) rowKey {
+	return rowKey{c.Namespace, l.WindowSize.Milliseconds(), strategy.WindowStart(c.Now, l.WindowSize).UnixMilli(), c.Key}
+}
+
+// checkRowColumns are the rows the checks read, as the function's arrays:
+// each once, sorted by primary key, create set for current windows (which
+// the function creates, as placeholders, when absent).
+type checkRowColumns struct {
+	columns
+	create []bool
+}
+
+// checkRows returns the rows the checks read, and sets idx (empty) to the
+// position of each in them (1-based: PostgreSQL arrays).
+func checkRows(checks []strategy.Check, idx map[rowKey]int) checkRowColumns {
+	type row struct {
+		k      rowKey
+		create bool
+	}
+	var rows []row
+	add := func(k rowKey, create bool) {
+		if i, ok := idx[k]; ok {
+			rows[i].create = rows[i].create || create
+			return
+		}
+		idx[k] = len(rows)
+		rows = append(rows, row{k, create})
+	}
+	for _, c := range checks {
+		for _, l := range c.Limits {
+			cur := limitKey(c, l)
+			add(cur, true)
+			add(cur.prev(), false)
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return a.k.compare(b.k) })
+	r := checkRowColumns{*newColumns(len(rows), false), make([]bool, len(rows))}
+	for i, x := range rows {
+		idx[x.k] = i + 1
+		r.add(x.k)
+		r.create[i] = x.create
+	}
+	return r
+}
+
+// checkArgs are the checks as the function's arrays: the cost and number
+// of limits of each check, and for each limit in order the positions of
+// its current and previous rows (idx), its weight and its limit.
+type checkArgs struct {
+	costs           []float64
+	counts          []int32
+	lcur, lprev     []int32
+	weights, limits []float64
+}
+
+func newCheckArgs(checks []strategy.Check, idx map[rowKey]int) checkArgs {
+	nlim := 0
+	for _, c := range checks {
+		nlim += len(c.Limits)
+	}
+	a := checkArgs{
+		costs: make([]float64, len(checks)), counts: make([]int32, len(checks)),
+		lcur: make([]int32, 0, nlim), lprev: make([]int32, 0, nlim),
+		weights: make([]float64, 0, nlim), limits: make([]float64, 0, nlim),
+	}
+	for i, c := range checks {
+		a.costs[i], a.counts[i] = c.Cost, int32(len(c.Limits))
+		for _, l := range c.Limits {
+			cur := limitKey(c, l)
+			w := 0.0
+			if !l.Fixed {
+				w = strategy.Weight(c.Now, l.WindowSize)
+			}
+			a.lcur = append(a.lcur, int32(idx[cur]))
+			a.lprev = append(a.lprev, int32(idx[cur.prev()]))
+			a.weights = append(a.weights, w)
+			a.limits = append(a.limits, l.Limit)
+		}
+	}
+	return a
 }

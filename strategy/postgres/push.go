@@ -202,32 +202,56 @@ func (s *Store) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.
 		return nil, err
 	}
 	sums := aggregate(b.Diffs)
-	c := sumColumns(sums)
+	extra := unchangedPrev(sums)
+	counts := make(map[rowKey]float64, len(sums)+len(extra)) // here so that it may stay on the stack
+	applied, err := s.pushCount(ctx, b, sums, extra, counts)
+	if err == nil && !applied && len(b.Diffs) > 0 {
+		// Replayed (Node, Seq): the statement's snapshot may predate the
+		// first attempt it waited for, so read the current totals afresh.
+		clear(counts)
+		all := keyColumns(sums, extra)
+		err = s.readRows(ctx, &all, counts)
+	}
+	if err != nil {
+		return nil, dbErr(ctx, fmt.Sprintf("push and count batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs)), err)
+	}
+	if !applied {
+		return currentTotals(b.Diffs, counts), nil
+	}
+	return appliedTotals(b.Diffs, counts, len(sums)), nil
+}
+
+// unchangedPrev returns the previous windows of the counters of sums that
+// are not among them, once each.
+func unchangedPrev(sums []sum) []rowKey {
 	changed := make(map[rowKey]struct{}, len(sums))
 	for _, x := range sums {
 		changed[x.k] = struct{}{}
 	}
-	extra := newColumns(0, false) // previous windows the batch does not change
-	var extraKeys []rowKey
+	var extra []rowKey
 	for _, x := range sums {
 		p := x.k.prev()
 		if _, ok := changed[p]; !ok {
 			changed[p] = struct{}{} // once each
-			extra.add(p)
-			extraKeys = append(extraKeys, p)
+			extra = append(extra, p)
 		}
 	}
-	what := func() string {
-		return fmt.Sprintf("push and count batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs))
-	}
+	return extra
+}
 
-	counts := make(map[rowKey]float64, len(sums)+len(extraKeys))
+// pushCount runs the push-and-count statement for b (sums: its diffs
+// aggregated), puts the counts of the counters it changed and of the
+// extra ones in counts, and reports whether b was applied.
+func (s *Store) pushCount(ctx context.Context, b strategy.Batch, sums []sum, extra []rowKey, counts map[rowKey]float64) (bool, error) {
+	c := sumColumns(sums)
+	e := keyColumns(nil, extra)
 	applied := false
 	rows, err := s.pool.Query(ctx, s.q.pushCount, c.ns, c.size, c.start, c.key, c.counts, b.Node, seqParam(b.Seq),
-		extra.ns, extra.size, extra.start, extra.key)
+		e.ns, e.size, e.start, e.key)
 	if err != nil {
-		return nil, dbErr(ctx, what(), err)
+		return false, err
 	}
+	defer rows.Close()
 	for rows.Next() {
 		var (
 			mine bool
@@ -236,49 +260,51 @@ func (s *Store) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.
 			v    float64
 		)
 		if err := rows.Scan(&mine, &k.ns, &k.size, &k.start, &key, &v); err != nil {
-			rows.Close()
-			return nil, dbErr(ctx, what(), err)
+			return false, err
 		}
 		k.key = string(key)
 		counts[k] = v
 		applied = applied || mine
 	}
 	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, dbErr(ctx, what(), err)
-	}
+	return applied, rows.Err()
+}
 
-	totals := make([]strategy.Totals, len(b.Diffs))
-	if !applied && len(b.Diffs) > 0 {
-		// Replayed (Node, Seq): the statement's snapshot may predate the
-		// first attempt it waited for, so read the current totals afresh.
-		all := newColumns(len(sums)+len(extraKeys), false)
-		for _, x := range sums {
-			all.add(x.k)
-		}
-		for _, k := range extraKeys {
-			all.add(k)
-		}
-		clear(counts)
-		if err := s.readRows(ctx, all, counts); err != nil {
-			return nil, dbErr(ctx, what(), err)
-		}
-		for i, d := range b.Diffs {
-			k := diffKey(d)
-			totals[i] = strategy.Totals{Current: counts[k], Previous: counts[k.prev()]}
-		}
-		return totals, nil
+// keyColumns returns the keys of sums, then keys, as columns.
+func keyColumns(sums []sum, keys []rowKey) columns {
+	c := newColumns(len(sums)+len(keys), false)
+	for _, x := range sums {
+		c.add(x.k)
 	}
-	// Applied: walk back from the final counts.
-	later := make(map[rowKey]float64, len(sums))
-	for i := len(b.Diffs) - 1; i >= 0; i-- {
-		d := b.Diffs[i]
+	for _, k := range keys {
+		c.add(k)
+	}
+	return *c
+}
+
+// currentTotals returns the totals of each diff as counts holds them.
+func currentTotals(diffs []strategy.Diff, counts map[rowKey]float64) []strategy.Totals {
+	totals := make([]strategy.Totals, len(diffs))
+	for i, d := range diffs {
+		k := diffKey(d)
+		totals[i] = strategy.Totals{Current: counts[k], Previous: counts[k.prev()]}
+	}
+	return totals
+}
+
+// appliedTotals returns the totals right after each diff, walking back from
+// the final counts of an applied batch of nsums distinct counters.
+func appliedTotals(diffs []strategy.Diff, counts map[rowKey]float64, nsums int) []strategy.Totals {
+	totals := make([]strategy.Totals, len(diffs))
+	later := make(map[rowKey]float64, nsums)
+	for i := len(diffs) - 1; i >= 0; i-- {
+		d := diffs[i]
 		k := diffKey(d)
 		p := k.prev()
 		totals[i] = strategy.Totals{Current: counts[k] - later[k], Previous: counts[p] - later[p]}
 		later[k] += d.Value
 	}
-	return totals, nil
+	return totals
 }
 
 // readRows reads the counters of c into counts.

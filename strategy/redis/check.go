@@ -38,31 +38,43 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 	if len(checks) == 0 {
 		return out, nil
 	}
-
-	// Arguments point into slices of this call, never into checks: the
-	// exchange may outlive the call (see call). Strings go as *string, which
-	// go-redis writes without boxing each: the fields, then each check's
-	// cost and each limit's weight and limit (a batch mostly repeats the
-	// same few, formatted once).
-	strs := make([]string, 2*len(checks)+2*nlim)
-	fields, nums := strs[:len(checks)], strs[len(checks):]
-	var costs, limits, weights floatMemo
+	strs := newCheckStrings(checks, nlim)
 	gr := grouper{shards: s.cfg.Shards}
 	for i, c := range checks {
-		fields[i] = c.Key
 		g := gr.of(c.Namespace, c.Key)
 		g.items = append(g.items, i)
 	}
-	// Hash numbers first (the TTL of each is the longest any check asks),
-	// then the arguments that use them.
-	type lim struct{ cur, prev int }
-	lims := make([]lim, nlim) // in the order of the groups' items, as below
-	l0 := 0
+	lims := s.checkHashes(gr.gs, checks, nlim)
+	sq := any(seqArg(seq))
 	for _, g := range gr.gs {
+		lims = s.encodeCheck(g, node, sq, checks, lims, &strs)
+	}
+
+	gs := gr.gs
+	op := func() string { return fmt.Sprintf("check %d requests of node %q, seq %d", len(checks), node, seq) }
+	if err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, checkScript, gs) }); err != nil {
+		return nil, err
+	}
+	if err := checkResults(gs, checks, nlim, out, op); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// limitHashes are the hash numbers, in its group, of the current and the
+// previous window of a check's limit.
+type limitHashes struct{ cur, prev int }
+
+// checkHashes gives each group the hashes of its checks' windows, with
+// the TTL of each (the longest any check asks), and returns the hash
+// numbers of every limit, in the order of the groups' items.
+func (s *Store) checkHashes(gs []*group, checks []strategy.Check, nlim int) []limitHashes {
+	lims := make([]limitHashes, 0, nlim)
+	for _, g := range gs {
 		for _, i := range g.items {
 			c := &checks[i]
 			now := c.Now.UnixMilli()
-			for j, l := range c.Limits {
+			for _, l := range c.Limits {
 				size := l.WindowSize.Milliseconds()
 				start := strategy.WindowStart(c.Now, l.WindowSize).UnixMilli()
 				cur, added := g.hash(window{size, start})
@@ -74,58 +86,77 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 				if added {
 					g.ttls = append(g.ttls, s.windowTTL(start-size, size, now))
 				}
-				lims[l0+j] = lim{cur, prev}
+				lims = append(lims, limitHashes{cur, prev})
 			}
-			l0 += len(c.Limits)
 		}
 	}
-	sq, k := any(seqArg(seq)), 0
-	l0 = 0
-	for _, g := range gr.gs {
-		m := len(g.wins)
-		s.setKeys(g, node)
-		g.args = make([]any, 0, 5+m+len(g.items)*7)
-		simple := "1" // distinct keys of one limit each: check.lua skips its value cache
-		for _, i := range g.items {
-			if len(checks[i].Limits) != 1 {
-				simple = "0"
-			}
-		}
-		if !distinctKeys(fields, g.items) {
-			simple = "0"
-		}
-		g.args = append(g.args, sq, s.laneTTL, 0, m, simple)
-		for h := range g.ttls {
-			g.args = append(g.args, &g.ttls[h])
-		}
-		g.n, g.nout = len(g.items), 0
-		for _, i := range g.items {
-			c := &checks[i]
-			g.nout += 1 + 2*len(c.Limits)
-			nums[k] = costs.format(c.Cost)
-			g.args = append(g.args, &fields[i], &nums[k], len(c.Limits))
-			k++
-			for j, l := range c.Limits {
-				h := lims[l0+j]
-				var w any = "F"
-				if !l.Fixed {
-					nums[k] = weights.format(strategy.Weight(c.Now, l.WindowSize))
-					w = &nums[k]
-				}
-				nums[k+1] = limits.format(l.Limit)
-				g.args = append(g.args, h.cur, h.prev, w, &nums[k+1])
-				k += 2
-			}
-			l0 += len(c.Limits)
-		}
-		g.args[2] = len(g.args) - 3
-	}
+	return lims
+}
 
-	gs := gr.gs
-	op := func() string { return fmt.Sprintf("check %d requests of node %q, seq %d", len(checks), node, seq) }
-	if err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, checkScript, gs) }); err != nil {
-		return nil, err
+// checkStrings holds the strings of a CheckAndCount call's arguments,
+// which the scripts get by pointer: the checks' fields, then each check's
+// cost and each limit's weight and limit (a batch mostly repeats the same
+// few, formatted once). They live in slices of this call, never in the
+// caller's checks: the exchange may outlive the call (see call).
+type checkStrings struct {
+	fields []string
+	nums   []string // a cost per check, a weight and a limit per limit
+	k      int      // nums used
+
+	costs, limits, weights floatMemo
+}
+
+func newCheckStrings(checks []strategy.Check, nlim int) checkStrings {
+	strs := make([]string, 2*len(checks)+2*nlim)
+	cs := checkStrings{fields: strs[:len(checks)], nums: strs[len(checks):]}
+	for i, c := range checks {
+		cs.fields[i] = c.Key
 	}
+	return cs
+}
+
+// format returns the next of nums, holding v as m formats it.
+func (cs *checkStrings) format(m *floatMemo, v float64) *string {
+	p := &cs.nums[cs.k]
+	*p = m.format(v)
+	cs.k++
+	return p
+}
+
+// encodeCheck sets the keys and ARGV of check group g of node's call, whose
+// limits' hash numbers start lims, and returns the rest of lims.
+func (s *Store) encodeCheck(g *group, node string, seq any, checks []strategy.Check, lims []limitHashes, strs *checkStrings) []limitHashes {
+	s.setKeys(g, node)
+	// Distinct keys of one limit each: check.lua skips its value cache.
+	simple := distinctKeys(strs.fields, g.items)
+	for _, i := range g.items {
+		simple = simple && len(checks[i].Limits) == 1
+	}
+	a := newArgv(seq, s.laneTTL, checkArgs(len(g.wins), len(g.items)))
+	a.checkGroup(simple, g.ttls)
+	g.n, g.nout = len(g.items), 0
+	for _, i := range g.items {
+		c := &checks[i]
+		g.nout += 1 + 2*len(c.Limits)
+		a.check(&strs.fields[i], strs.format(&strs.costs, c.Cost), len(c.Limits))
+		for j, l := range c.Limits {
+			var w *string // a fixed window
+			if !l.Fixed {
+				w = strs.format(&strs.weights, strategy.Weight(c.Now, l.WindowSize))
+			} else {
+				strs.k++ // its weight's place stays empty
+			}
+			a.limit(lims[j].cur, lims[j].prev, w, strs.format(&strs.limits, l.Limit))
+		}
+		lims = lims[len(c.Limits):]
+	}
+	g.args = a.done()
+	return lims
+}
+
+// checkResults parses the decisions and totals of the checks from the
+// replies of their groups into out.
+func checkResults(gs []*group, checks []strategy.Check, nlim int, out []strategy.CheckResult, op func() string) error {
 	totals := make([]strategy.Totals, nlim)
 	for _, g := range gs {
 		vals := g.res
@@ -133,7 +164,7 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 		for _, i := range g.items {
 			nl := len(checks[i].Limits)
 			if k+2*nl >= len(vals) {
-				return nil, fmt.Errorf("redis: %s: shard %s: reply of %d values: too short", op(), g.tag, len(vals))
+				return fmt.Errorf("redis: %s: shard %s: reply of %d values: too short", op(), g.tag, len(vals))
 			}
 			out[i].Allowed = vals[k] == "1"
 			out[i].Totals, totals = totals[:nl:nl], totals[nl:]
@@ -143,13 +174,13 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 					out[i].Totals[j].Previous, err = parseCount(vals[k+2+2*j])
 				}
 				if err != nil {
-					return nil, fmt.Errorf("redis: %s: shard %s: %w", op(), g.tag, err)
+					return fmt.Errorf("redis: %s: shard %s: %w", op(), g.tag, err)
 				}
 			}
 			k += 1 + 2*nl
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // validCheck validates check i.

@@ -157,25 +157,55 @@ func (s *Store) getKeys(ctx context.Context, q strategy.Query, sizes []time.Dura
 
 // getAll reads every counter of the windows: HLEN, then HGETALL or HSCAN.
 func (s *Store) getAll(ctx context.Context, q strategy.Query, sizes []time.Duration, yield func(strategy.Counter, error) bool) error {
-	type hash struct {
-		key    string
-		size   time.Duration
-		start  time.Time
-		n      int64
-		cursor uint64
-		seen   map[string]struct{} // fields yielded, for a hash read by HSCAN (which may repeat one)
-		all    *goredis.MapStringStringCmd
-		scan   *goredis.ScanCmd
-	}
-	var hashes []*hash
+	var hashes []*hashRead
 	windows(sizes, q.Now, func(size time.Duration, start time.Time) {
 		for sh := range s.cfg.Shards {
-			hashes = append(hashes, &hash{key: windowKey(s.tag(q.Namespace, sh), size.Milliseconds(), start.UnixMilli()), size: size, start: start})
+			hashes = append(hashes, &hashRead{key: windowKey(s.tag(q.Namespace, sh), size.Milliseconds(), start.UnixMilli()), size: size, start: start})
 		}
 	})
 	op := fmt.Sprintf("get namespace %q", q.Namespace)
 
 	// Round 1: the size of each hash.
+	todo, err := s.hashLengths(ctx, op, hashes)
+	if err != nil {
+		return err
+	}
+	// Next rounds: small hashes whole, big ones a page at a time, until
+	// every cursor is back to 0.
+	for len(todo) > 0 {
+		if err := s.readHashes(ctx, op, todo); err != nil {
+			return err
+		}
+		next := todo[:0]
+		for _, h := range todo {
+			more, err := h.yieldReply(op, yield)
+			if err != nil {
+				return stopped(err)
+			}
+			if more {
+				next = append(next, h)
+			}
+		}
+		todo = next
+	}
+	return nil
+}
+
+// hashRead is one window hash of a whole-namespace read.
+type hashRead struct {
+	key    string
+	size   time.Duration
+	start  time.Time
+	n      int64
+	cursor uint64
+	seen   map[string]struct{} // fields yielded, for a hash read by HSCAN (which may repeat one)
+	all    *goredis.MapStringStringCmd
+	scan   *goredis.ScanCmd
+}
+
+// hashLengths reads the number of fields of each hash (HLEN, pipelined)
+// and returns the hashes that have some.
+func (s *Store) hashLengths(ctx context.Context, op string, hashes []*hashRead) ([]*hashRead, error) {
 	var lens []*goredis.IntCmd
 	err := s.call(ctx, func() string { return op }, func(ctx context.Context) error {
 		pipe := s.c.Pipeline()
@@ -188,84 +218,85 @@ func (s *Store) getAll(ctx context.Context, q strategy.Query, sizes []time.Durat
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var todo []*hash
+	var todo []*hashRead
 	for i, h := range hashes {
 		n, err := lens[i].Result()
 		if err != nil {
-			return fmt.Errorf("redis: %s: HLEN %s: %w", op, h.key, err)
+			return nil, fmt.Errorf("redis: %s: HLEN %s: %w", op, h.key, err)
 		}
 		if h.n = n; n > 0 {
 			todo = append(todo, h)
 		}
 	}
+	return todo, nil
+}
 
-	// Next rounds: small hashes whole, big ones a page at a time, until
-	// every cursor is back to 0.
-	emit := func(h *hash, field, value string) error {
-		if h.seen != nil {
-			if _, dup := h.seen[field]; dup {
-				return nil
-			}
-			h.seen[field] = struct{}{}
-		}
-		n, err := parseCount(value)
-		if err != nil {
-			return fmt.Errorf("redis: %s: %s: key %s: %w", op, h.key, quote(field), err)
-		}
-		if !yield(strategy.Counter{Key: field, WindowStart: h.start, WindowSize: h.size, Count: n}, nil) {
-			return errStop
-		}
-		return nil
-	}
-	for len(todo) > 0 {
-		err := s.call(ctx, func() string { return op }, func(ctx context.Context) error {
-			pipe := s.c.Pipeline()
-			for _, h := range todo {
-				if h.n <= int64(s.cfg.ScanThreshold) {
-					h.all = pipe.HGetAll(ctx, h.key)
-				} else {
-					h.scan = pipe.HScan(ctx, h.key, h.cursor, "", int64(s.cfg.FieldsPerCommand))
-				}
-			}
-			_, _ = pipe.Exec(ctx)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		next := todo[:0]
+// readHashes reads each hash of todo, pipelined: a hash of up to
+// ScanThreshold fields whole (HGETALL), a bigger one by its next page
+// (HSCAN).
+func (s *Store) readHashes(ctx context.Context, op string, todo []*hashRead) error {
+	return s.call(ctx, func() string { return op }, func(ctx context.Context) error {
+		pipe := s.c.Pipeline()
 		for _, h := range todo {
-			if h.all != nil {
-				m, err := h.all.Result()
-				if err != nil {
-					return fmt.Errorf("redis: %s: HGETALL %s: %w", op, h.key, err)
-				}
-				for f, v := range m {
-					if err := emit(h, f, v); err != nil {
-						return stopped(err)
-					}
-				}
-				continue
-			}
-			page, cursor, err := h.scan.Result()
-			if err != nil {
-				return fmt.Errorf("redis: %s: HSCAN %s: %w", op, h.key, err)
-			}
-			if h.seen == nil {
-				h.seen = make(map[string]struct{}, h.n)
-			}
-			for i := 0; i+1 < len(page); i += 2 {
-				if err := emit(h, page[i], page[i+1]); err != nil {
-					return stopped(err)
-				}
-			}
-			if h.cursor = cursor; cursor != 0 {
-				next = append(next, h)
+			if h.n <= int64(s.cfg.ScanThreshold) {
+				h.all = pipe.HGetAll(ctx, h.key)
+			} else {
+				h.scan = pipe.HScan(ctx, h.key, h.cursor, "", int64(s.cfg.FieldsPerCommand))
 			}
 		}
-		todo = next
+		_, _ = pipe.Exec(ctx)
+		return nil
+	})
+}
+
+// yieldReply yields the counters of h's reply to readHashes, and reports
+// whether h has more pages to read. It returns errStop when the consumer
+// stopped.
+func (h *hashRead) yieldReply(op string, yield func(strategy.Counter, error) bool) (more bool, err error) {
+	if h.all != nil {
+		m, err := h.all.Result()
+		if err != nil {
+			return false, fmt.Errorf("redis: %s: HGETALL %s: %w", op, h.key, err)
+		}
+		for f, v := range m {
+			if err := h.emit(op, f, v, yield); err != nil {
+				return false, err
+			}
+		}
+		return false, nil
+	}
+	page, cursor, err := h.scan.Result()
+	if err != nil {
+		return false, fmt.Errorf("redis: %s: HSCAN %s: %w", op, h.key, err)
+	}
+	if h.seen == nil {
+		h.seen = make(map[string]struct{}, h.n)
+	}
+	for i := 0; i+1 < len(page); i += 2 {
+		if err := h.emit(op, page[i], page[i+1], yield); err != nil {
+			return false, err
+		}
+	}
+	h.cursor = cursor
+	return cursor != 0, nil
+}
+
+// emit yields one counter of h, once.
+func (h *hashRead) emit(op, field, value string, yield func(strategy.Counter, error) bool) error {
+	if h.seen != nil {
+		if _, dup := h.seen[field]; dup {
+			return nil
+		}
+		h.seen[field] = struct{}{}
+	}
+	n, err := parseCount(value)
+	if err != nil {
+		return fmt.Errorf("redis: %s: %s: key %s: %w", op, h.key, quote(field), err)
+	}
+	if !yield(strategy.Counter{Key: field, WindowStart: h.start, WindowSize: h.size, Count: n}, nil) {
+		return errStop
 	}
 	return nil
 }

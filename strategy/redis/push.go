@@ -44,7 +44,7 @@ type group struct {
 	runs  []run          // push: diffs by hash, in the order the script applies them
 	items []int          // check: the checks of the group, in order
 	ttls  []int64        // TTL of each hash, ms, parallel to wins (passed by pointer: no boxing)
-	args  []any          // ARGV of a script running this group alone: seq, lane TTL, then len(args)-3 and the group's own arguments
+	args  argv           // ARGV of a script running this group alone
 	n     int            // diffs or checks
 	nout  int            // values the group adds to the script's reply
 	res   []any          // the group's part of the reply
@@ -155,18 +155,13 @@ func (s *Store) groups(diffs []strategy.Diff, count bool) []*group {
 	return gr.gs
 }
 
+// push applies b, in one round trip, and with count returns its totals.
 func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strategy.Totals, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	for i, d := range b.Diffs {
-		if math.IsNaN(d.Value) || math.IsInf(d.Value, 0) || d.WindowSize <= 0 || d.WindowSize%time.Millisecond != 0 {
-			what := fmt.Sprintf("batch %d of node %q: diff %d (key %s)", b.Seq, b.Node, i, quote(d.Key))
-			if err := checkFinite(what, "Value", d.Value); err != nil {
-				return nil, err
-			}
-			return nil, checkSize(what, d.WindowSize)
-		}
+	if err := validDiffs(b); err != nil {
+		return nil, err
 	}
 	if len(b.Diffs) == 0 {
 		if count {
@@ -174,20 +169,51 @@ func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strat
 		}
 		return nil, nil
 	}
+	fields, values := diffStrings(b.Diffs)
+	gs := s.groups(b.Diffs, count)
+	now := time.Now().UnixMilli()
+	seq := any(seqArg(b.Seq))
+	for _, g := range gs {
+		s.encodePush(g, b.Node, seq, fields, values, count, now)
+	}
+	op := func() string { return fmt.Sprintf("push batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs)) }
+	err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, pushScript, gs) })
+	if err != nil || !count {
+		return nil, err
+	}
+	return pushTotals(gs, len(b.Diffs), op)
+}
 
-	// Arguments point into slices of this call, never into b: the exchange
-	// may outlive the call (see call), and b belongs to the caller. Fields
-	// and values go as *string, which go-redis writes without boxing each.
-	n := len(b.Diffs)
+// validDiffs checks that every diff of b has a finite value and a window
+// size of whole milliseconds.
+func validDiffs(b strategy.Batch) error {
+	for i, d := range b.Diffs {
+		if math.IsNaN(d.Value) || math.IsInf(d.Value, 0) || d.WindowSize <= 0 || d.WindowSize%time.Millisecond != 0 {
+			what := fmt.Sprintf("batch %d of node %q: diff %d (key %s)", b.Seq, b.Node, i, quote(d.Key))
+			if err := checkFinite(what, "Value", d.Value); err != nil {
+				return err
+			}
+			return checkSize(what, d.WindowSize)
+		}
+	}
+	return nil
+}
+
+// diffStrings returns the field and the formatted value of each diff, as
+// the scripts get them. They live in slices of this call, never in the
+// caller's diffs: the exchange may outlive the call (see call). The values
+// share one string.
+func diffStrings(diffs []strategy.Diff) (fields, values []string) {
+	n := len(diffs)
 	strs := make([]string, 2*n)
-	fields, values := strs[:n], strs[n:]
+	fields, values = strs[:n], strs[n:]
 	var offBuf [33]int
 	offs := offBuf[:]
 	if n+1 > len(offBuf) {
 		offs = make([]int, n+1)
 	}
 	buf := make([]byte, 0, 4*n)
-	for i, d := range b.Diffs {
+	for i, d := range diffs {
 		fields[i] = d.Key
 		buf = strconv.AppendFloat(buf, d.Value, 'g', -1, 64)
 		offs[i+1] = len(buf)
@@ -196,70 +222,69 @@ func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strat
 	for i := range values {
 		values[i] = all[offs[i]:offs[i+1]]
 	}
+	return fields, values
+}
 
-	gs := s.groups(b.Diffs, count)
-	now := time.Now().UnixMilli()
-	seq := any(seqArg(b.Seq))
-	for _, g := range gs {
-		m := len(g.wins)
-		mode := "0"
-		if count {
-			mode = "2" // distinct keys: push.lua skips its value cache
-			var items []int
-			if len(g.runs) == 1 {
-				items = g.runs[0].idx
-			} else {
-				for _, r := range g.runs {
-					items = append(items, r.idx...)
-				}
-			}
-			if !distinctKeys(fields, items) {
-				mode = "1"
-			}
+// encodePush sets the keys, TTLs and ARGV of push group g of node's batch:
+// with count, each run also names the hash of its previous window (added
+// to g's hashes when the batch has none in it), and the script returns two
+// values per diff. now is the time of the TTLs, in ms.
+func (s *Store) encodePush(g *group, node string, seq any, fields, values []string, count bool, now int64) {
+	m := len(g.wins)
+	mode := pushOnly
+	var prev []int // count mode: hash number of the window before each, a hash of the diffs or added after them
+	if count {
+		mode = countDistinct
+		if !distinctKeys(fields, g.diffs()) {
+			mode = countAny
 		}
-		var prev []int // count mode: hash number of the window before each, a hash of the diffs or added after them
-		if count {
-			prev = make([]int, m)
-			for k, w := range g.wins[:m] {
-				prev[k], _ = g.hash(window{w.size, w.start - w.size})
-			}
-		}
-		s.setKeys(g, b.Node)
-		g.ttls = make([]int64, m)
-		nargs := 6 + m
-		for _, r := range g.runs {
-			nargs += 3 + 2*len(r.idx)
-		}
-		g.args = make([]any, 0, nargs)
-		g.args = append(g.args, seq, s.laneTTL, 0, mode, m, len(g.keys))
+		prev = make([]int, m)
 		for k, w := range g.wins[:m] {
-			g.ttls[k] = s.windowTTL(w.start, w.size, now)
-			g.args = append(g.args, &g.ttls[k])
+			prev[k], _ = g.hash(window{w.size, w.start - w.size})
 		}
-		g.n = 0
-		for _, r := range g.runs {
-			if count {
-				g.args = append(g.args, r.h, prev[r.h-1], len(r.idx))
-			} else {
-				g.args = append(g.args, r.h, len(r.idx))
-			}
-			for _, i := range r.idx {
-				g.args = append(g.args, &fields[i], &values[i])
-			}
-			g.n += len(r.idx)
-		}
-		g.args[2] = len(g.args) - 3
+	}
+	s.setKeys(g, node)
+	g.ttls = make([]int64, m)
+	for k, w := range g.wins[:m] {
+		g.ttls[k] = s.windowTTL(w.start, w.size, now)
+	}
+	a := newArgv(seq, s.laneTTL, pushArgs(m, g.runs))
+	a.pushGroup(mode, len(g.keys), g.ttls)
+	g.n = 0
+	for _, r := range g.runs {
 		if count {
-			g.nout = 2 * g.n
+			a.countRun(r.h, prev[r.h-1], len(r.idx))
+		} else {
+			a.pushRun(r.h, len(r.idx))
 		}
+		for _, i := range r.idx {
+			a.diff(&fields[i], &values[i])
+		}
+		g.n += len(r.idx)
 	}
+	g.args = a.done()
+	if count {
+		g.nout = 2 * g.n
+	}
+}
 
-	op := func() string { return fmt.Sprintf("push batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs)) }
-	err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, pushScript, gs) })
-	if err != nil || !count {
-		return nil, err
+// diffs returns the positions of g's diffs in the batch, in the order of
+// its runs.
+func (g *group) diffs() []int {
+	if len(g.runs) == 1 {
+		return g.runs[0].idx
 	}
-	totals := make([]strategy.Totals, len(b.Diffs))
+	var items []int
+	for _, r := range g.runs {
+		items = append(items, r.idx...)
+	}
+	return items
+}
+
+// pushTotals parses the totals of the n diffs of a batch from the replies
+// of its groups.
+func pushTotals(gs []*group, n int, op func() string) ([]strategy.Totals, error) {
+	totals := make([]strategy.Totals, n)
 	for _, g := range gs {
 		vals := g.res
 		k := 0
@@ -291,7 +316,7 @@ const mergeMax = 256
 type invocation struct {
 	gs   []*group
 	keys []string
-	args []any
+	args argv
 }
 
 // runScript runs sc for the groups, in one round trip, and stores each
@@ -382,11 +407,10 @@ func (s *Store) invocations(gs []*group, merge bool) []*invocation {
 		}
 		v := &invocation{gs: gs[k:j:j], keys: gs[k].keys, args: gs[k].args}
 		if j > k+1 {
-			v.keys, v.args = make([]string, 0, nkeys), make([]any, 0, nargs)
-			v.args = append(v.args, gs[k].args[:2]...) // seq, lane TTL: the same in every group
+			v.keys, v.args = make([]string, 0, nkeys), gs[k].args.joined(nargs) // seq, lane TTL: the same in every group
 			for _, g := range v.gs {
 				v.keys = append(v.keys, g.keys...)
-				v.args = append(v.args, g.args[2:]...)
+				v.args = v.args.join(g.args)
 			}
 		}
 		vs = append(vs, v)

@@ -10,11 +10,19 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 )
 
-//go:embed push.lua
-var pushSource string
+// The scripts share their prelude, lane.lua: each script sent is the
+// prelude followed by its body, so that each runs alone (one EVALSHA, one
+// Cluster slot per group) while the lane logic is written once.
+var (
+	//go:embed lane.lua
+	laneSource string
 
-//go:embed check.lua
-var checkSource string
+	//go:embed push.lua
+	pushBody string
+
+	//go:embed check.lua
+	checkBody string
+)
 
 // script is a Lua script run by its SHA1 digest (EVALSHA).
 type script struct {
@@ -29,8 +37,8 @@ func newScript(name, src string) *script {
 }
 
 var (
-	pushScript  = newScript("push.lua", pushSource)
-	checkScript = newScript("check.lua", checkSource)
+	pushScript  = newScript("push.lua", laneSource+pushBody)
+	checkScript = newScript("check.lua", laneSource+checkBody)
 	scripts     = []*script{pushScript, checkScript}
 )
 

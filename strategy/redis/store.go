@@ -42,6 +42,11 @@
 // NOSCRIPT and the groups that failed are sent again; that is safe because
 // each group is idempotent by its Seq record.
 //
+// push.lua and check.lua (CheckAndCount's) each start with lane.lua, their
+// shared prelude: the Seq comparison and record, the walk over the groups
+// of a call and the increments they make. Each script sent is the prelude
+// followed by its body (scripts.go), so each still runs alone.
+//
 // # Expiry and Purge
 //
 // A window hash of size S starting at T expires TTLMargin after T + 2S, by

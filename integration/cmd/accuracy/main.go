@@ -65,6 +65,30 @@ var (
 func parse(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("accuracy", flag.ContinueOnError)
+	f := o.flags(fs)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := o.grid(f); err != nil {
+		return nil, err
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// gridFlags are the flags that choose the runs: lists, or -sweep.
+type gridFlags struct {
+	nodes, syncs *string
+	sweep        *bool
+}
+
+// flags defines the flags of o on fs.
+func (o *options) flags(fs *flag.FlagSet) gridFlags {
 	fs.StringVar(&o.store, "store", "memory", "store: memory, redis or postgres")
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("RATESYNC_REDIS_URL"), "Redis URL (-store redis)")
 	fs.StringVar(&o.postgresURL, "postgres-url", os.Getenv("RATESYNC_POSTGRES_URL"), "PostgreSQL URL (-store postgres)")
@@ -84,56 +108,58 @@ func parse(args []string) (*options, error) {
 	sweep := fs.Bool("sweep", false, "run the default grid: nodes 1,2,4,8 x sync 0,10ms,50ms,100ms,250ms,500ms,1s (without 0 for -near-limit)")
 	fs.StringVar(&o.csv, "csv", "", "also write the rows to this CSV file")
 	fs.StringVar(&o.svg, "svg", "", "write a chart of over-admission against sync rate to this SVG file")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	var err error
-	if *sweep {
+	return gridFlags{nodes: nodes, syncs: syncs, sweep: sweep}
+}
+
+// grid sets the node counts and sync rates to run, from the parsed flags.
+func (o *options) grid(f gridFlags) error {
+	if *f.sweep {
 		o.nodes = sweepNodes
 		for _, s := range sweepSyncs {
 			if s > 0 || !o.nearLimit { // near-limit is a periodic mode
 				o.syncs = append(o.syncs, s)
 			}
 		}
-	} else {
-		if o.nodes, err = parseList(*nodes, "nodes", strconv.Atoi); err != nil {
-			return nil, err
-		}
-		if o.syncs, err = parseList(*syncs, "sync", time.ParseDuration); err != nil {
-			return nil, err
-		}
+		return nil
 	}
+	var err error
+	if o.nodes, err = parseList(*f.nodes, "nodes", strconv.Atoi); err != nil {
+		return err
+	}
+	o.syncs, err = parseList(*f.syncs, "sync", time.ParseDuration)
+	return err
+}
+
+// validate checks the options once parsed.
+func (o *options) validate() error {
 	switch {
 	case o.store != "memory" && o.store != "redis" && o.store != "postgres":
-		return nil, fmt.Errorf("-store %q: must be memory, redis or postgres", o.store)
+		return fmt.Errorf("-store %q: must be memory, redis or postgres", o.store)
 	case o.limit <= 0:
-		return nil, fmt.Errorf("-limit %v: must be > 0", o.limit)
+		return fmt.Errorf("-limit %v: must be > 0", o.limit)
 	case o.window <= 0 || o.window%time.Millisecond != 0:
-		return nil, fmt.Errorf("-window %v: must be > 0 and whole milliseconds", o.window)
+		return fmt.Errorf("-window %v: must be > 0 and whole milliseconds", o.window)
 	case o.rate <= 0:
-		return nil, fmt.Errorf("-rate %v: must be > 0", o.rate)
+		return fmt.Errorf("-rate %v: must be > 0", o.rate)
 	case o.keys <= 0:
-		return nil, fmt.Errorf("-keys %d: must be > 0", o.keys)
+		return fmt.Errorf("-keys %d: must be > 0", o.keys)
 	case o.duration < o.window:
-		return nil, fmt.Errorf("-duration %v: must be at least -window %v (a whole window must be measured)", o.duration, o.window)
+		return fmt.Errorf("-duration %v: must be at least -window %v (a whole window must be measured)", o.duration, o.window)
 	}
 	for _, n := range o.nodes {
 		if n <= 0 {
-			return nil, fmt.Errorf("-nodes %d: must be > 0", n)
+			return fmt.Errorf("-nodes %d: must be > 0", n)
 		}
 	}
 	for _, s := range o.syncs {
 		if s < 0 {
-			return nil, fmt.Errorf("-sync %v: must be >= 0 (0: synchronous)", s)
+			return fmt.Errorf("-sync %v: must be >= 0 (0: synchronous)", s)
 		}
 		if s == 0 && o.nearLimit {
-			return nil, errors.New("-near-limit needs a periodic -sync (> 0)")
+			return errors.New("-near-limit needs a periodic -sync (> 0)")
 		}
 	}
-	return o, nil
+	return nil
 }
 
 func parseList[T any](s, name string, conv func(string) (T, error)) ([]T, error) {

@@ -1,0 +1,127 @@
+package redis
+
+// argv is the ARGV of a script call running one group, laid out as
+// lane.lua, push.lua and check.lua read it: seq, the lane record TTL, then
+// the group's arguments preceded by their number. It is the one code that
+// writes that layout: push and CheckAndCount build their groups' ARGV with
+// its methods only, each method appending what one line of a script's
+// header comment describes, and join puts groups in one call.
+//
+// Strings and TTLs go by pointer (*string, *int64), which go-redis writes
+// without boxing each; they point into slices of the call being encoded,
+// never into the caller's values (the exchange may outlive the call: see
+// call). Small numbers go as ints. The zero value is no ARGV: use newArgv.
+type argv []any
+
+// argvHead is the number of arguments before a group's own: seq, lane TTL
+// and the group's argument count.
+const argvHead = 3
+
+// newArgv starts the ARGV of a group with seq and the lane TTL, each boxed
+// once by the caller, with room for size arguments in all.
+func newArgv(seq, laneTTL any, size int) argv {
+	a := make(argv, argvHead, size)
+	a[0], a[1] = seq, laneTTL
+	return a
+}
+
+// done sets the group's argument count and returns a.
+func (a argv) done() argv {
+	a[2] = len(a) - argvHead
+	return a
+}
+
+// ttls appends the TTL of each window hash of the group, in ms.
+func (a *argv) ttls(ttls []int64) {
+	for i := range ttls {
+		*a = append(*a, &ttls[i])
+	}
+}
+
+// Push groups (push.lua): pushGroup, then each run (pushRun or countRun)
+// followed by its diffs (diff).
+
+// Modes of a push group.
+const (
+	pushOnly      = "0" // no totals
+	countAny      = "1" // totals; fields may repeat
+	countDistinct = "2" // totals; distinct fields, so the script skips its value cache
+)
+
+// pushGroup appends the head of a push group: its mode, its number of
+// window hashes m (len(ttls)), its number of keys, the hashes' TTLs.
+func (a *argv) pushGroup(mode string, nkeys int, ttls []int64) {
+	*a = append(*a, mode, len(ttls), nkeys)
+	a.ttls(ttls)
+}
+
+// pushRun appends the head of a run of n diffs into hash h (push mode).
+func (a *argv) pushRun(h, n int) { *a = append(*a, h, n) }
+
+// countRun appends the head of a run of n diffs into hash h whose previous
+// window is hash prev (count modes).
+func (a *argv) countRun(h, prev, n int) { *a = append(*a, h, prev, n) }
+
+// diff appends one diff of a run: its field and value.
+func (a *argv) diff(field, value *string) { *a = append(*a, field, value) }
+
+// pushArgs returns the size of the ARGV of a push group of m window hashes
+// and the given runs, at most.
+func pushArgs(m int, runs []run) int {
+	n := argvHead + 3 + m
+	for _, r := range runs {
+		n += 3 + 2*len(r.idx)
+	}
+	return n
+}
+
+// Check groups (check.lua): checkGroup, then each check (check) followed
+// by its limits (limit).
+
+// checkGroup appends the head of a check group: its number of window
+// hashes m (len(ttls)), whether its checks name distinct fields and have
+// one limit each (simple: the script skips its value cache), the hashes'
+// TTLs.
+func (a *argv) checkGroup(simple bool, ttls []int64) {
+	if simple {
+		*a = append(*a, len(ttls), "1")
+	} else {
+		*a = append(*a, len(ttls), "0")
+	}
+	a.ttls(ttls)
+}
+
+// check appends the head of a check: its field, its cost and its number of
+// limits.
+func (a *argv) check(field, cost *string, nlimits int) {
+	*a = append(*a, field, cost, nlimits)
+}
+
+// limit appends a limit of a check: the hash numbers of its current and
+// previous windows, the weight of the previous one (nil: a fixed window),
+// the limit.
+func (a *argv) limit(cur, prev int, weight, limit *string) {
+	var w any = "F"
+	if weight != nil {
+		w = weight
+	}
+	*a = append(*a, cur, prev, w, limit)
+}
+
+// checkArgs returns the size of the ARGV of a check group of m window
+// hashes and n checks of one limit each (more limits grow it).
+func checkArgs(m, n int) int { return 5 + m + 7*n }
+
+// Calls of several groups.
+
+// joined returns an ARGV with a's seq and lane TTL, and room for size
+// arguments, to which join appends groups.
+func (a argv) joined(size int) argv {
+	j := make(argv, 2, size)
+	copy(j, a[:2])
+	return j
+}
+
+// join appends the group of b (its argument count and arguments) to a, an
+// ARGV from joined: the scripts run the groups of ARGV in turn.
+func (a argv) join(b argv) argv { return append(a, b[2:]...) }
