@@ -45,7 +45,7 @@ func (s *Syncer) Check(ctx context.Context, c strategy.Check, windows []*shm.Win
 		defer r.release()
 		return s.checkPeriodic(ctx, cf, r)
 	}
-	err = s.queue.addCheck(r)
+	err = enqueue(&s.queue, &s.queue.checks, r)
 	if err == nil {
 		err = await(ctx, r.done)
 	}

@@ -57,25 +57,15 @@ func (q *queue) close() {
 // being reconfigured or stopped); the caller counts on this node instead.
 var errNoWorker = errors.New("syncer: no synchronous worker")
 
-func (q *queue) addHit(r *hitReq) error {
+// enqueue appends r to list, one of q's queues, and wakes the worker;
+// errNoWorker when no worker takes requests.
+func enqueue[R any](q *queue, list *[]R, r R) error {
 	q.mu.Lock()
 	if !q.accepting {
 		q.mu.Unlock()
 		return errNoWorker
 	}
-	q.hits = append(q.hits, r)
-	q.mu.Unlock()
-	q.wake()
-	return nil
-}
-
-func (q *queue) addCheck(r *checkReq) error {
-	q.mu.Lock()
-	if !q.accepting {
-		q.mu.Unlock()
-		return errNoWorker
-	}
-	q.checks = append(q.checks, r)
+	*list = append(*list, r)
 	q.mu.Unlock()
 	q.wake()
 	return nil
@@ -125,7 +115,7 @@ func (s *Syncer) Hit(ctx context.Context, w *shm.Window, key string, v float64) 
 	}
 	r := hitPool.Get().(*hitReq)
 	r.w, r.key, r.v = w, key, v
-	err := s.queue.addHit(r)
+	err := enqueue(&s.queue, &s.queue.hits, r)
 	if err == nil {
 		err = await(ctx, r.done)
 	}
