@@ -100,9 +100,9 @@ func WithLogger(l *slog.Logger) Option { return func(in *Instance) { in.logger =
 // store (for metrics). fn must not block.
 func WithSyncObserver(fn func(SyncReport)) Option { return func(in *Instance) { in.observe = fn } }
 
-// WithSyncTimeout bounds one background sync (periodic mode) and one
-// synchronous store call; zero values keep syncer.DefaultTimeout and
-// syncer.DefaultHitTimeout.
+// WithSyncTimeout bounds one background sync (periodic mode) and the store
+// calls that answer one batch of synchronous hits and checks; zero values
+// keep syncer.DefaultTimeout and syncer.DefaultHitTimeout.
 func WithSyncTimeout(sync, hit time.Duration) Option {
 	return func(in *Instance) { in.syncTimeout, in.hitTimeout = sync, hit }
 }
@@ -327,7 +327,8 @@ func (in *Instance) Update(cfg namespace.Config) error {
 	defer release()
 
 	// The syncer's part runs outside in.mu: a final push may take up to
-	// the sync timeout, and Reconfigure cancels an exchange under way.
+	// the sync timeout, and a rate change waits for the synchronous
+	// worker's store calls under way, up to the hit timeout.
 	switch {
 	case old.syncer != nil && cfg.Local():
 		// Now local-only: push what is pending, within the sync timeout.

@@ -74,7 +74,9 @@ func (s *Syncer) checkPeriodic(ctx context.Context, cf *conf, r *checkReq) (stra
 	}
 	defer s.lane.mu.unlock()
 	if err := s.flushKey(ctx, r.check.Key, r.windows); err != nil {
-		s.markDown()
+		if storeFailed(ctx, err) {
+			s.markDown()
+		}
 		return strategy.CheckResult{}, false, nil
 	}
 	s.applyChecks(ctx, []*checkReq{r})
@@ -87,7 +89,10 @@ func (s *Syncer) checkPeriodic(ctx context.Context, cf *conf, r *checkReq) (stra
 // hold lane.mu.
 func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
 	for _, r := range batch {
-		if !s.isDown() && s.flushKey(ctx, r.check.Key, r.windows) != nil {
+		if s.isDown() {
+			break
+		}
+		if err := s.flushKey(ctx, r.check.Key, r.windows); storeFailed(ctx, err) {
 			s.markDown()
 		}
 	}
@@ -157,7 +162,9 @@ func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 	}
 	s.report(Report{Op: "checks", Duration: s.clock.since(t0), Pushed: len(checks), Err: err})
 	if err != nil {
-		s.markDown()
+		if storeFailed(hctx, err) {
+			s.markDown()
+		}
 		s.answerLocal(nil, batch)
 		return
 	}

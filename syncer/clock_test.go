@@ -2,6 +2,7 @@ package syncer_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -200,4 +201,40 @@ func TestPurgeFollowsTheClock(t *testing.T) {
 	}
 	clk.Advance(76 * time.Minute) // past the latest a purge can be due
 	waitFor("a purge once the clock passed its time", func() bool { return store.purges.Load() == 1 })
+}
+
+// An exchange that ends because its context was canceled (a caller giving
+// up, or halt stopping the background work) says nothing of the store: it
+// is not marked down, and the next hit goes to the store.
+func TestCancellationDoesNotMarkTheStoreDown(t *testing.T) {
+	clk := &fakeClock{}
+	clk.ns.Store(t0.UnixNano())
+	store := strategytest.NewHang(memory.New())
+	s, sr := newFakeClockSyncer(t, 0, store, clk, -1)
+	w := sr.Current(clk.Millis())
+	store.Block()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Sync(ctx) }()
+	for deadline := time.Now().Add(5 * time.Second); store.Waiting() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sync never reached the store")
+		}
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sync = %v, want context.Canceled", err)
+	}
+	store.Release()
+	tot, err := s.Hit(context.Background(), w, "k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(sr.StartOf(clk.Millis()))
+	if got, _ := store.GetWindow(context.Background(), "ns", "k", start, time.Hour); got != 1 || tot.Current != 1 {
+		t.Fatalf("store %v, hit's total %v; want 1 and 1", got, tot.Current)
+	}
+	if st := s.Stats(); st.LocalHits != 0 {
+		t.Fatalf("%d hits counted locally after a canceled sync, want none: the store is up", st.LocalHits)
+	}
 }

@@ -174,34 +174,53 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 	}
 }
 
-// serve recovers from a past failure when the back-off has passed, then
-// answers the queue, one batch per turn on the lane.
+// serve answers the queue, one batch per turn on the lane, after
+// recovering from a past failure once the back-off has passed. It returns
+// once the queue is empty, or after the turn under way when halt cancels
+// ctx.
 func (s *Syncer) serve(ctx context.Context) {
+	if ctx.Err() != nil {
+		return // halting
+	}
 	if s.lane.mu.lockCtx(ctx) {
 		if s.health.down || len(s.lane.inflight) > 0 {
-			s.recoverLocked(ctx)
+			s.turn(ctx, nil, nil)
 		}
 		s.lane.mu.unlock()
 	}
-	for {
+	for ctx.Err() == nil {
 		hits, checks := s.queue.take()
 		if len(hits)+len(checks) == 0 {
 			return
 		}
 		if !s.lane.mu.lockCtx(ctx) { // halting
 			s.answerLocal(hits, checks)
-			continue
+			return
 		}
-		if s.health.down {
-			s.recoverLocked(ctx) // the back-off may have ended since the turn began
-		}
-		if len(checks) > 0 {
-			s.serveChecks(ctx, checks)
-		}
-		if len(hits) > 0 {
-			s.applyHits(ctx, hits)
-		}
+		s.turn(ctx, hits, checks)
 		s.lane.mu.unlock()
+	}
+}
+
+// turn is one turn of the worker on the lane: a recovery when the store
+// failed and its back-off has passed, then the checks, then the hits. Its
+// store calls run under a context that halt does not cancel, bounded as a
+// whole by HitTimeout: a call the store may have applied is never
+// abandoned for a local answer, which would count its request twice; halt
+// waits for the turn under way, at most HitTimeout, and the queued
+// requests wait at most that for the turn before theirs. Callers hold
+// lane.mu.
+func (s *Syncer) turn(ctx context.Context, hits []*hitReq, checks []*checkReq) {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.conf.Load().HitTimeout)
+	defer cancel()
+	if len(hits)+len(checks) == 0 || s.health.down {
+		s.recoverLocked(tctx) // the back-off may have ended since the last turn
+	}
+	if len(checks) > 0 {
+		s.serveChecks(tctx, checks)
+	}
+	if len(hits) > 0 {
+		s.applyHits(tctx, hits)
 	}
 }
 
@@ -217,24 +236,24 @@ func (s *Syncer) answerLocal(hits []*hitReq, checks []*checkReq) {
 	}
 }
 
-// recoverLocked pushes the in-flight batches and the diffs counted locally
-// while the store failed, once the back-off has passed. It pushes only:
-// fetching every held key could take longer than a synchronous call may,
-// and the next hits read their totals anyway. Callers hold lane.mu.
+// recoverLocked pushes, within ctx, the in-flight batches and the diffs
+// counted locally while the store failed, once the back-off has passed. It
+// pushes only: fetching every held key could take longer than a
+// synchronous call may, and the next hits read their totals anyway.
+// Callers hold lane.mu.
 func (s *Syncer) recoverLocked(ctx context.Context) {
 	if s.isDown() {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.conf.Load().Timeout)
-	defer cancel()
 	t0 := s.clock.now()
-	pushed, late, err := s.pushLocked(rctx)
+	pushed, late, err := s.pushLocked(ctx)
 	s.report(Report{Op: "sync", Duration: s.clock.since(t0), Pushed: pushed, Late: late, Err: err})
-	if err != nil {
+	switch {
+	case storeFailed(ctx, err):
 		s.markDown()
-		return
+	case err == nil:
+		s.markUp()
 	}
-	s.markUp()
 }
 
 // applyHits sends batch to the store and answers each hit with its totals.
@@ -250,7 +269,9 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	hctx, cancel := context.WithTimeout(ctx, c.HitTimeout)
 	defer cancel()
 	if _, _, err := s.pushInflight(hctx); err != nil {
-		s.markDown()
+		if storeFailed(hctx, err) {
+			s.markDown()
+		}
 		s.answerLocal(batch, nil)
 		return
 	}
@@ -276,7 +297,9 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	totals, err := s.pushCount(hctx, *b)
 	s.report(Report{Op: "hits", Duration: s.clock.since(t0), Pushed: len(diffs), Err: err})
 	if err != nil {
-		s.markDown()
+		if storeFailed(hctx, err) {
+			s.markDown()
+		}
 		s.answerInFlight(batch)
 		return
 	}

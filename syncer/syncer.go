@@ -39,7 +39,7 @@ type Config struct {
 	// means Now, in milliseconds.
 	Clock      func() time.Time
 	Timeout    time.Duration // bound on a background sync; DefaultTimeout when 0
-	HitTimeout time.Duration // bound on a synchronous store call; DefaultHitTimeout when 0
+	HitTimeout time.Duration // bound on one turn of synchronous store calls (see halt) and on a check; DefaultHitTimeout when 0
 	PurgeEvery time.Duration // mean interval between Purge calls (±25% jitter); an hour when 0, never when < 0
 	Logger     *slog.Logger  // slog.Default() when nil
 	Observe    func(Report)  // called after each store exchange; may be nil; must not block
@@ -109,10 +109,13 @@ func New(cfg Config) *Syncer {
 // Reconfigure replaces the configuration, keeping the batches in flight,
 // and restarts the background work when the rate changed. Series that cfg
 // no longer has are retired: their diffs (including adds that race this
-// call) are still pushed, until they hold nothing. It never waits for an
-// exchange with the store: one under way is canceled when the rate changed
-// (its batch stays in flight), and finishes with the old configuration
-// otherwise.
+// call) are still pushed, until they hold nothing. When the rate did not
+// change, an exchange under way finishes with the old configuration and
+// Reconfigure does not wait for it. When it changed, the background work is
+// stopped (see halt): a periodic sync under way is canceled (its batch stays
+// in flight), and the synchronous worker's turn under way is waited for, at
+// most HitTimeout, since its store calls may already have counted their
+// requests.
 func (s *Syncer) Reconfigure(cfg Config) {
 	s.confMu.Lock()
 	old := s.conf.Load()
