@@ -127,12 +127,12 @@ func (s *Syncer) Reconfigure(cfg Config) {
 	}
 	c := newConf(cfg, retired)
 	s.conf.Store(c)
-	if s.lane.pinned.Load() {
-		// Batches are in flight: keep eviction away from new series too
-		// (the lane unpins every series it pushes once none is left).
-		for _, sr := range c.pushing {
-			sr.SetPinned(true)
-		}
+	// Every pushed series is pinned exactly while batches are in flight:
+	// new series, and ones added back after pruneRetired dropped them, take
+	// the lane's state (setPinned changes it under confMu).
+	pinned := s.lane.pinned.Load()
+	for _, sr := range c.pushing {
+		sr.SetPinned(pinned)
 	}
 	s.confMu.Unlock()
 	if old.Rate != cfg.Rate {
@@ -141,23 +141,31 @@ func (s *Syncer) Reconfigure(cfg Config) {
 	}
 }
 
-// pruneRetired forgets retired series that hold nothing any more.
+// pruneRetired forgets retired series that hold nothing any more. Whether
+// a series is empty is decided under confMu, against the configuration it
+// then replaces: a Reconfigure that adds a series back and retires it
+// again meanwhile, with diffs added in between, cannot make it drop them.
 func (s *Syncer) pruneRetired(now int64) {
-	var empty []*shm.Series
-	for _, sr := range s.conf.Load().retired {
-		sr.Expire(now)
-		if sr.Empty() {
-			empty = append(empty, sr)
-		}
-	}
-	if len(empty) == 0 {
+	retired := s.conf.Load().retired
+	if len(retired) == 0 {
 		return
+	}
+	for _, sr := range retired {
+		sr.Expire(now)
 	}
 	s.confMu.Lock()
 	defer s.confMu.Unlock()
 	c := s.conf.Load()
-	retired := slices.DeleteFunc(slices.Clone(c.retired), func(sr *shm.Series) bool { return slices.Contains(empty, sr) })
-	s.conf.Store(newConf(c.Config, retired))
+	kept := slices.DeleteFunc(slices.Clone(c.retired), func(sr *shm.Series) bool {
+		if !sr.Empty() {
+			return false
+		}
+		sr.SetPinned(false) // no counter, and no longer pushed: nothing to keep
+		return true
+	})
+	if len(kept) < len(c.retired) {
+		s.conf.Store(newConf(c.Config, kept))
+	}
 }
 
 // Stop stops the background work and makes a final sync within ctx, so that
