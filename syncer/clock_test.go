@@ -238,3 +238,51 @@ func TestCancellationDoesNotMarkTheStoreDown(t *testing.T) {
 		t.Fatalf("%d hits counted locally after a canceled sync, want none: the store is up", st.LocalHits)
 	}
 }
+
+// The recovery push the synchronous worker makes once the back-off has
+// passed is bounded by HitTimeout, not by the background sync's Timeout:
+// a hit queued behind it is answered (on the node, the store hanging)
+// within about HitTimeout.
+func TestRecoveryIsBoundedByHitTimeout(t *testing.T) {
+	clk := &fakeClock{}
+	clk.ns.Store(t0.UnixNano())
+	faulty := strategytest.NewFaulty(memory.New())
+	store := strategytest.NewHang(faulty)
+	d, err := shm.NewDict("d", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	sr := d.Series("ns", time.Hour)
+	var seq atomic.Uint64
+	s := syncer.New(syncer.Config{
+		Namespace: "ns", Node: "ns|n1", Rate: 0, Strategy: store, Series: []*shm.Series{sr},
+		Now: clk.Millis, Clock: clk.Now, Seq: &seq, PurgeEvery: -1,
+		Timeout: time.Minute, HitTimeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	s.Start()
+	t.Cleanup(func() {
+		store.Release()
+		_ = s.Stop(context.Background())
+	})
+	w := sr.Current(clk.Millis())
+	ctx := context.Background()
+	faulty.FailPushes(1)
+	if _, err := s.Hit(ctx, w, "k", 1); err != nil { // fails: down, 1 in flight
+		t.Fatal(err)
+	}
+	store.Block()
+	clk.Advance(time.Second) // past the back-off: the next turn recovers first
+	start := time.Now()
+	tot, err := s.Hit(ctx, w, "k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("a hit behind a hung recovery took %v; HitTimeout is 100ms, Timeout a minute", took)
+	}
+	if tot.Current != 2 || s.Stats().LocalHits != 2 {
+		t.Fatalf("hit's total %v, %d local hits; want 2 and 2", tot.Current, s.Stats().LocalHits)
+	}
+}
