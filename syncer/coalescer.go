@@ -153,6 +153,7 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 	nextPurge := s.nextPurge()
 	purge := time.NewTicker(time.Minute)
 	defer purge.Stop()
+	detached := context.WithoutCancel(ctx) // the turns' store calls: see turn
 	for {
 		select {
 		case <-stop:
@@ -167,7 +168,7 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 			nextPurge = s.purgeIfDue(ctx, nextPurge)
 			continue
 		}
-		s.serve(ctx)
+		s.serve(ctx, detached)
 		if s.health.downUntil.Load() != 0 {
 			retry.Reset(s.retryIn())
 		}
@@ -177,14 +178,14 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 // serve answers the queue, one batch per turn on the lane, after
 // recovering from a past failure once the back-off has passed. It returns
 // once the queue is empty, or after the turn under way when halt cancels
-// ctx.
-func (s *Syncer) serve(ctx context.Context) {
+// ctx. detached is ctx without its cancellation, for the turns.
+func (s *Syncer) serve(ctx, detached context.Context) {
 	if ctx.Err() != nil {
 		return // halting
 	}
 	if s.lane.mu.lockCtx(ctx) {
 		if s.health.down || len(s.lane.inflight) > 0 {
-			s.turn(ctx, nil, nil)
+			s.turn(detached, nil, nil)
 		}
 		s.lane.mu.unlock()
 	}
@@ -197,21 +198,21 @@ func (s *Syncer) serve(ctx context.Context) {
 			s.answerLocal(hits, checks)
 			return
 		}
-		s.turn(ctx, hits, checks)
+		s.turn(detached, hits, checks)
 		s.lane.mu.unlock()
 	}
 }
 
 // turn is one turn of the worker on the lane: a recovery when the store
 // failed and its back-off has passed, then the checks, then the hits. Its
-// store calls run under a context that halt does not cancel, bounded as a
-// whole by HitTimeout: a call the store may have applied is never
-// abandoned for a local answer, which would count its request twice; halt
-// waits for the turn under way, at most HitTimeout, and the queued
+// store calls run under detached, a context that halt does not cancel,
+// bounded as a whole by HitTimeout: a call the store may have applied is
+// never abandoned for a local answer, which would count its request twice;
+// halt waits for the turn under way, at most HitTimeout, and the queued
 // requests wait at most that for the turn before theirs. Callers hold
 // lane.mu.
-func (s *Syncer) turn(ctx context.Context, hits []*hitReq, checks []*checkReq) {
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.conf.Load().HitTimeout)
+func (s *Syncer) turn(detached context.Context, hits []*hitReq, checks []*checkReq) {
+	tctx, cancel := context.WithTimeout(detached, s.conf.Load().HitTimeout)
 	defer cancel()
 	if len(hits)+len(checks) == 0 || s.health.down {
 		s.recoverLocked(tctx) // the back-off may have ended since the last turn
@@ -256,20 +257,18 @@ func (s *Syncer) recoverLocked(ctx context.Context) {
 	}
 }
 
-// applyHits sends batch to the store and answers each hit with its totals.
-// Batches in flight go first; diffs counted locally earlier ride along in
-// the same batch, before the hits (each hit's totals then include them).
-// Callers hold lane.mu.
+// applyHits sends batch to the store, within ctx (a turn's: bounded by
+// HitTimeout), and answers each hit with its totals. Batches in flight go
+// first; diffs counted locally earlier ride along in the same batch, before
+// the hits (each hit's totals then include them). Callers hold lane.mu.
 func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	if s.health.down {
 		s.answerLocal(batch, nil)
 		return
 	}
 	c := s.conf.Load()
-	hctx, cancel := context.WithTimeout(ctx, c.HitTimeout)
-	defer cancel()
-	if _, _, err := s.pushInflight(hctx); err != nil {
-		if storeFailed(hctx, err) {
+	if _, _, err := s.pushInflight(ctx); err != nil {
+		if storeFailed(ctx, err) {
 			s.markDown()
 		}
 		s.answerLocal(batch, nil)
@@ -294,10 +293,10 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	b := s.newBatch(c, diffs)
 	s.addInflight(b)
 	t0 := s.clock.now()
-	totals, err := s.pushCount(hctx, *b)
+	totals, err := s.pushCount(ctx, *b)
 	s.report(Report{Op: "hits", Duration: s.clock.since(t0), Pushed: len(diffs), Err: err})
 	if err != nil {
-		if storeFailed(hctx, err) {
+		if storeFailed(ctx, err) {
 			s.markDown()
 		}
 		s.answerInFlight(batch)
