@@ -175,36 +175,32 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 	}
 }
 
-// serve answers the queue, one batch per turn on the lane, after
-// recovering from a past failure once the back-off has passed. It returns
-// once the queue is empty, or after the turn under way when halt cancels
-// ctx. detached is ctx without its cancellation, for the turns.
+// serve answers the queue, one batch per turn on the lane; with nothing
+// queued, it makes one turn that recovers from a past failure once the
+// back-off has passed. It returns once the queue is empty, or after the
+// turn under way when halt cancels ctx. detached is ctx without its
+// cancellation, for the turns.
 func (s *Syncer) serve(ctx, detached context.Context) {
-	if ctx.Err() != nil {
-		return // halting
-	}
-	if s.lane.mu.lockCtx(ctx) {
-		if s.health.down || len(s.lane.inflight) > 0 {
-			s.turn(detached, nil, nil)
-		}
-		s.lane.mu.unlock()
-	}
-	for ctx.Err() == nil {
+	for ctx.Err() == nil { // else halting
 		hits, checks := s.queue.take()
-		if len(hits)+len(checks) == 0 {
-			return
-		}
 		if !s.lane.mu.lockCtx(ctx) { // halting
 			s.answerLocal(hits, checks)
 			return
 		}
-		s.turn(detached, hits, checks)
+		idle := len(hits)+len(checks) == 0
+		if !idle || s.health.down || len(s.lane.inflight) > 0 {
+			s.turn(detached, hits, checks)
+		}
 		s.lane.mu.unlock()
+		if idle {
+			return
+		}
 	}
 }
 
 // turn is one turn of the worker on the lane: a recovery when the store
-// failed and its back-off has passed, then the checks, then the hits. Its
+// failed and its back-off has passed (or, with no request, when batches are
+// in flight), then the checks, then the hits. Its
 // store calls run under detached, a context that halt does not cancel,
 // bounded as a whole by HitTimeout: a call the store may have applied is
 // never abandoned for a local answer, which would count its request twice;
