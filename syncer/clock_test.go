@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,11 +240,10 @@ func TestCancellationDoesNotMarkTheStoreDown(t *testing.T) {
 	}
 }
 
-// The recovery push the synchronous worker makes once the back-off has
-// passed is bounded by HitTimeout, not by the background sync's Timeout:
-// a hit queued behind it is answered (on the node, the store hanging)
-// within about HitTimeout.
-func TestRecoveryIsBoundedByHitTimeout(t *testing.T) {
+// A recovery push that hangs is bounded by Timeout, and a rate change
+// (halt) cuts it short at once: its batch stays in flight for the next
+// push, and the hit waiting behind it is counted on the node.
+func TestHaltCutsAHungRecoveryShort(t *testing.T) {
 	clk := &fakeClock{}
 	clk.ns.Store(t0.UnixNano())
 	faulty := strategytest.NewFaulty(memory.New())
@@ -255,12 +255,13 @@ func TestRecoveryIsBoundedByHitTimeout(t *testing.T) {
 	t.Cleanup(d.Close)
 	sr := d.Series("ns", time.Hour)
 	var seq atomic.Uint64
-	s := syncer.New(syncer.Config{
+	cfg := syncer.Config{
 		Namespace: "ns", Node: "ns|n1", Rate: 0, Strategy: store, Series: []*shm.Series{sr},
 		Now: clk.Millis, Clock: clk.Now, Seq: &seq, PurgeEvery: -1,
-		Timeout: time.Minute, HitTimeout: 100 * time.Millisecond,
+		Timeout: time.Hour, HitTimeout: 100 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	s := syncer.New(cfg)
 	s.Start()
 	t.Cleanup(func() {
 		store.Release()
@@ -274,15 +275,36 @@ func TestRecoveryIsBoundedByHitTimeout(t *testing.T) {
 	}
 	store.Block()
 	clk.Advance(time.Second) // past the back-off: the next turn recovers first
-	start := time.Now()
-	tot, err := s.Hit(ctx, w, "k", 1)
-	if err != nil {
+	type result struct {
+		tot strategy.Totals
+		err error
+	}
+	hit := make(chan result, 1)
+	go func() {
+		tot, err := s.Hit(ctx, w, "k", 1)
+		hit <- result{tot, err}
+	}()
+	for store.WaitingIn("PushDiffs") == 0 {
+		runtime.Gosched()
+	}
+	cfg.Rate = time.Hour
+	s.Reconfigure(cfg) // halts the worker, whose recovery would hang for up to an hour
+	r := <-hit
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.tot.Current != 2 {
+		t.Fatalf("hit's total %v, want 2 (counted on the node)", r.tot.Current)
+	}
+	st := s.Stats()
+	if st.InFlight != 1 {
+		t.Fatalf("stats %+v: want the batch still in flight", st)
+	}
+	store.Release()
+	if err := s.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Fatalf("a hit behind a hung recovery took %v; HitTimeout is 100ms, Timeout a minute", took)
-	}
-	if tot.Current != 2 || s.Stats().LocalHits != 2 {
-		t.Fatalf("hit's total %v, %d local hits; want 2 and 2", tot.Current, s.Stats().LocalHits)
+	if got, _ := faulty.GetWindow(ctx, "ns", "k", w.StartTime(), time.Hour); got != 2 {
+		t.Fatalf("store holds %v, want 2", got)
 	}
 }

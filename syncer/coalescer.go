@@ -189,7 +189,7 @@ func (s *Syncer) serve(ctx, detached context.Context) {
 		}
 		idle := len(hits)+len(checks) == 0
 		if !idle || s.health.down || len(s.lane.inflight) > 0 {
-			s.turn(detached, hits, checks)
+			s.turn(ctx, detached, hits, checks)
 		}
 		s.lane.mu.unlock()
 		if idle {
@@ -200,19 +200,27 @@ func (s *Syncer) serve(ctx, detached context.Context) {
 
 // turn is one turn of the worker on the lane: a recovery when the store
 // failed and its back-off has passed (or, with no request, when batches are
-// in flight), then the checks, then the hits. Its
-// store calls run under detached, a context that halt does not cancel,
-// bounded as a whole by HitTimeout: a call the store may have applied is
-// never abandoned for a local answer, which would count its request twice;
-// halt waits for the turn under way, at most HitTimeout, and the queued
-// requests wait at most that for the turn before theirs. Callers hold
+// in flight), then the checks, then the hits.
+//
+// The recovery only pushes batches, which stay in flight when it is cut
+// short, so it runs under ctx, which halt cancels, bounded by Timeout. The
+// checks and hits run under detached, a context that halt does not cancel,
+// bounded by HitTimeout: a call the store may have applied is never
+// abandoned for a local answer, which would count its request twice. halt
+// therefore waits at most HitTimeout for the turn under way. Callers hold
 // lane.mu.
-func (s *Syncer) turn(detached context.Context, hits []*hitReq, checks []*checkReq) {
-	tctx, cancel := context.WithTimeout(detached, s.conf.Load().HitTimeout)
-	defer cancel()
-	if len(hits)+len(checks) == 0 || s.health.down {
-		s.recoverLocked(tctx) // the back-off may have ended since the last turn
+func (s *Syncer) turn(ctx, detached context.Context, hits []*hitReq, checks []*checkReq) {
+	c := s.conf.Load()
+	if len(hits)+len(checks) == 0 || s.health.down || len(s.lane.inflight) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, c.Timeout)
+		s.recoverLocked(rctx) // the back-off may have ended since the last turn
+		cancel()
 	}
+	if len(hits)+len(checks) == 0 {
+		return
+	}
+	tctx, cancel := context.WithTimeout(detached, c.HitTimeout)
+	defer cancel()
 	if len(checks) > 0 {
 		s.serveChecks(tctx, checks)
 	}

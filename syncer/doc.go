@@ -54,9 +54,11 @@
 // it while waiting for that goroutine, which may wait for lane.mu. lane.mu
 // is held for a whole exchange with the store, I/O included: every wait for
 // it is bounded by a context (laneLock.lockCtx), and halt cancels the
-// background goroutine's. halt cancels a periodic sync under way, but waits
-// for the synchronous worker's turn under way, whose store calls run within
-// HitTimeout under a context halt does not cancel (see halt). Cancellation,
+// background goroutine's. halt cancels a periodic sync under way, and a
+// recovery push of the synchronous worker (bounded by Timeout), whose
+// batches stay in flight; but it waits for the store calls that answer the
+// worker's hits and checks, which run within HitTimeout under a context
+// halt does not cancel (see turn). Cancellation,
 // by halt or by a caller, never marks the store down. confMu serializes
 // changes of the configuration snapshot, which everyone else reads with one
 // atomic load. Reconfigure, Stats, Start and the callers of Hit never take
