@@ -100,9 +100,9 @@ func WithLogger(l *slog.Logger) Option { return func(in *Instance) { in.logger =
 // store (for metrics). fn must not block.
 func WithSyncObserver(fn func(SyncReport)) Option { return func(in *Instance) { in.observe = fn } }
 
-// WithSyncTimeout bounds one background sync (periodic mode) and one
-// synchronous store call; zero values keep syncer.DefaultTimeout and
-// syncer.DefaultHitTimeout.
+// WithSyncTimeout bounds one background sync (periodic mode) and the store
+// calls that answer one batch of synchronous hits and checks; zero values
+// keep syncer.DefaultTimeout and syncer.DefaultHitTimeout.
 func WithSyncTimeout(sync, hit time.Duration) Option {
 	return func(in *Instance) { in.syncTimeout, in.hitTimeout = sync, hit }
 }
@@ -327,7 +327,8 @@ func (in *Instance) Update(cfg namespace.Config) error {
 	defer release()
 
 	// The syncer's part runs outside in.mu: a final push may take up to
-	// the sync timeout, and Reconfigure cancels an exchange under way.
+	// the sync timeout, and a rate change waits for the synchronous
+	// worker's store calls under way, up to the hit timeout.
 	switch {
 	case old.syncer != nil && cfg.Local():
 		// Now local-only: push what is pending, within the sync timeout.
@@ -342,15 +343,16 @@ func (in *Instance) Update(cfg namespace.Config) error {
 	}
 
 	in.mu.Lock()
-	defer in.mu.Unlock()
 	if in.closed.Load() {
+		in.mu.Unlock()
 		// Close ran meanwhile and stopped the syncers it found; this one
-		// may have been restarted since.
+		// may have been restarted since. Close waits for this push.
 		if n.syncer != nil {
 			_ = in.stopSyncer(n.syncer)
 		}
 		return ErrClosed
 	}
+	defer in.mu.Unlock()
 	in.swap(cfg.Name, n)
 	if n.syncer != nil {
 		n.syncer.Start()
@@ -508,7 +510,9 @@ func (n *ns) close() {
 }
 
 // Close makes a final sync of every namespace within ctx, then stops the
-// instance: later calls return ErrClosed. It is idempotent.
+// instance: later calls return ErrClosed. An Update or Remove under way
+// makes its own final push, bounded by the sync timeout or by its context;
+// Close returns after those too, or when ctx ends. It is idempotent.
 func (in *Instance) Close(ctx context.Context) error {
 	in.mu.Lock()
 	if in.closed.Swap(true) {
@@ -518,6 +522,7 @@ func (in *Instance) Close(ctx context.Context) error {
 	nss := in.nss.Load().byName
 	in.nss.Store(&table{})
 	dicts := slices.Collect(maps.Values(in.dicts))
+	busy := slices.Collect(maps.Values(in.busy)) // no call claims a name once closed
 	in.mu.Unlock()
 	var (
 		wg   sync.WaitGroup
@@ -538,6 +543,9 @@ func (in *Instance) Close(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	if err := waitAll(ctx, busy); err != nil {
+		errs = append(errs, err)
+	}
 	for _, d := range dicts {
 		d.Close() // stop their background sweeps
 	}
@@ -545,6 +553,18 @@ func (in *Instance) Close(ctx context.Context) error {
 		processClock.release()
 	}
 	return errors.Join(errs...)
+}
+
+// waitAll waits until every channel of busy is closed, or ctx ends.
+func waitAll(ctx context.Context, busy []chan struct{}) error {
+	for _, done := range busy {
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("ratelimiting: close: waiting for an Update or Remove: %w", ctx.Err())
+		}
+	}
+	return nil
 }
 
 // Sync pushes the namespace's pending diffs and fetches the totals of the

@@ -150,6 +150,37 @@ func TestNewWaitsForTheRemovalOfTheSameName(t *testing.T) {
 	}
 }
 
+// Close returns only after the final push of a Remove under way: when it
+// returns, every hit counted before it is in the store.
+func TestCloseWaitsForTheFinalPushOfARemove(t *testing.T) {
+	clk := newClock(t0)
+	store := &pushGate{Store: memory.New(), entered: make(chan struct{}), gate: make(chan struct{})}
+	in := newInstance(t, clk)
+	mustNew(t, in, synced("ns", manual, store, time.Hour))
+	incr(t, in, "ns", "k", time.Hour, 3)
+	store.armed.Store(true)
+	removed := make(chan error, 1)
+	go func() { removed <- in.Remove(context.Background(), "ns") }()
+	<-store.entered // the final push is in the store
+	closed := make(chan error, 1)
+	go func() { closed <- in.Close(context.Background()) }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the final push of a Remove was under way", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(store.gate)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, store, "ns", "k", t0, time.Hour); got != 3 {
+		t.Fatalf("store = %v when Close returned, want 3", got)
+	}
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // While batches are in flight (the store is failing), eviction leaves the
 // namespace's counters alone: their in-flight amounts live in them.
 func TestEvictionKeepsInFlightAmounts(t *testing.T) {

@@ -74,10 +74,14 @@ func (s *Syncer) checkPeriodic(ctx context.Context, cf *conf, r *checkReq) (stra
 	}
 	defer s.lane.mu.unlock()
 	if err := s.flushKey(ctx, r.check.Key, r.windows); err != nil {
-		s.markDown()
+		if storeFailed(ctx, err) {
+			s.markDown()
+		}
 		return strategy.CheckResult{}, false, nil
 	}
-	s.applyChecks(ctx, []*checkReq{r})
+	actx, acancel := context.WithTimeout(ctx, cf.HitTimeout)
+	s.applyChecks(actx, []*checkReq{r})
+	acancel()
 	<-r.done // answered in place: empty the channel before r goes back to the pool
 	return r.res, r.ok, ctx.Err()
 }
@@ -87,7 +91,10 @@ func (s *Syncer) checkPeriodic(ctx context.Context, cf *conf, r *checkReq) (stra
 // hold lane.mu.
 func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
 	for _, r := range batch {
-		if !s.isDown() && s.flushKey(ctx, r.check.Key, r.windows) != nil {
+		if s.isDown() {
+			break
+		}
+		if err := s.flushKey(ctx, r.check.Key, r.windows); storeFailed(ctx, err) {
 			s.markDown()
 		}
 	}
@@ -128,11 +135,11 @@ func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window
 	return err
 }
 
-// applyChecks sends the checks to the store as one call and answers each;
-// when the store fails, each is answered ok=false (the caller decides
-// locally). A failed call is not retried: whether the store applied it is
-// unknown, and the caller's local decision is counted and pushed instead.
-// Callers hold lane.mu.
+// applyChecks sends the checks to the store as one call, within ctx
+// (bounded by HitTimeout), and answers each; when the store fails, each is
+// answered ok=false (the caller decides locally). A failed call is not
+// retried: whether the store applied it is unknown, and the caller's local
+// decision is counted and pushed instead. Callers hold lane.mu.
 func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 	c := s.conf.Load()
 	ck, can := c.Strategy.(strategy.Checker)
@@ -144,10 +151,8 @@ func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 	for i, r := range batch {
 		checks[i] = r.check
 	}
-	hctx, cancel := context.WithTimeout(ctx, c.HitTimeout)
 	t0 := s.clock.now()
-	res, err := ck.CheckAndCount(hctx, c.Node, c.Seq.Add(1), checks)
-	cancel()
+	res, err := ck.CheckAndCount(ctx, c.Node, c.Seq.Add(1), checks)
 	if err == nil && len(res) != len(checks) {
 		err = fmt.Errorf("strategy returned %d results for %d checks", len(res), len(checks))
 	}
@@ -157,7 +162,9 @@ func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 	}
 	s.report(Report{Op: "checks", Duration: s.clock.since(t0), Pushed: len(checks), Err: err})
 	if err != nil {
-		s.markDown()
+		if storeFailed(ctx, err) {
+			s.markDown()
+		}
 		s.answerLocal(nil, batch)
 		return
 	}

@@ -2,7 +2,9 @@ package syncer_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,4 +202,109 @@ func TestPurgeFollowsTheClock(t *testing.T) {
 	}
 	clk.Advance(76 * time.Minute) // past the latest a purge can be due
 	waitFor("a purge once the clock passed its time", func() bool { return store.purges.Load() == 1 })
+}
+
+// An exchange that ends because its context was canceled (a caller giving
+// up, or halt stopping the background work) says nothing of the store: it
+// is not marked down, and the next hit goes to the store.
+func TestCancellationDoesNotMarkTheStoreDown(t *testing.T) {
+	clk := &fakeClock{}
+	clk.ns.Store(t0.UnixNano())
+	store := strategytest.NewHang(memory.New())
+	s, sr := newFakeClockSyncer(t, 0, store, clk, -1)
+	w := sr.Current(clk.Millis())
+	store.Block()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Sync(ctx) }()
+	for deadline := time.Now().Add(5 * time.Second); store.Waiting() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sync never reached the store")
+		}
+	}
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sync = %v, want context.Canceled", err)
+	}
+	store.Release()
+	tot, err := s.Hit(context.Background(), w, "k", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(sr.StartOf(clk.Millis()))
+	if got, _ := store.GetWindow(context.Background(), "ns", "k", start, time.Hour); got != 1 || tot.Current != 1 {
+		t.Fatalf("store %v, hit's total %v; want 1 and 1", got, tot.Current)
+	}
+	if st := s.Stats(); st.LocalHits != 0 {
+		t.Fatalf("%d hits counted locally after a canceled sync, want none: the store is up", st.LocalHits)
+	}
+}
+
+// A recovery push that hangs is bounded by Timeout, and a rate change
+// (halt) cuts it short at once: its batch stays in flight for the next
+// push, and the hit waiting behind it is counted on the node.
+func TestHaltCutsAHungRecoveryShort(t *testing.T) {
+	clk := &fakeClock{}
+	clk.ns.Store(t0.UnixNano())
+	faulty := strategytest.NewFaulty(memory.New())
+	store := strategytest.NewHang(faulty)
+	d, err := shm.NewDict("d", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	sr := d.Series("ns", time.Hour)
+	var seq atomic.Uint64
+	cfg := syncer.Config{
+		Namespace: "ns", Node: "ns|n1", Rate: 0, Strategy: store, Series: []*shm.Series{sr},
+		Now: clk.Millis, Clock: clk.Now, Seq: &seq, PurgeEvery: -1,
+		Timeout: time.Hour, HitTimeout: 100 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler),
+	}
+	s := syncer.New(cfg)
+	s.Start()
+	t.Cleanup(func() {
+		store.Release()
+		_ = s.Stop(context.Background())
+	})
+	w := sr.Current(clk.Millis())
+	ctx := context.Background()
+	faulty.FailPushes(1)
+	if _, err := s.Hit(ctx, w, "k", 1); err != nil { // fails: down, 1 in flight
+		t.Fatal(err)
+	}
+	store.Block()
+	clk.Advance(time.Second) // past the back-off: the next turn recovers first
+	type result struct {
+		tot strategy.Totals
+		err error
+	}
+	hit := make(chan result, 1)
+	go func() {
+		tot, err := s.Hit(ctx, w, "k", 1)
+		hit <- result{tot, err}
+	}()
+	for store.WaitingIn("PushDiffs") == 0 {
+		runtime.Gosched()
+	}
+	cfg.Rate = time.Hour
+	s.Reconfigure(cfg) // halts the worker, whose recovery would hang for up to an hour
+	r := <-hit
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.tot.Current != 2 {
+		t.Fatalf("hit's total %v, want 2 (counted on the node)", r.tot.Current)
+	}
+	st := s.Stats()
+	if st.InFlight != 1 {
+		t.Fatalf("stats %+v: want the batch still in flight", st)
+	}
+	store.Release()
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := faulty.GetWindow(ctx, "ns", "k", w.StartTime(), time.Hour); got != 2 {
+		t.Fatalf("store holds %v, want 2", got)
+	}
 }

@@ -153,6 +153,7 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 	nextPurge := s.nextPurge()
 	purge := time.NewTicker(time.Minute)
 	defer purge.Stop()
+	detached := context.WithoutCancel(ctx) // the turns' store calls: see turn
 	for {
 		select {
 		case <-stop:
@@ -167,41 +168,64 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 			nextPurge = s.purgeIfDue(ctx, nextPurge)
 			continue
 		}
-		s.serve(ctx)
+		s.serve(ctx, detached)
 		if s.health.downUntil.Load() != 0 {
 			retry.Reset(s.retryIn())
 		}
 	}
 }
 
-// serve recovers from a past failure when the back-off has passed, then
-// answers the queue, one batch per turn on the lane.
-func (s *Syncer) serve(ctx context.Context) {
-	if s.lane.mu.lockCtx(ctx) {
-		if s.health.down || len(s.lane.inflight) > 0 {
-			s.recoverLocked(ctx)
-		}
-		s.lane.mu.unlock()
-	}
-	for {
+// serve answers the queue, one batch per turn on the lane; with nothing
+// queued, it makes one turn that recovers from a past failure once the
+// back-off has passed. It returns once the queue is empty, or after the
+// turn under way when halt cancels ctx. detached is ctx without its
+// cancellation, for the turns.
+func (s *Syncer) serve(ctx, detached context.Context) {
+	for ctx.Err() == nil { // else halting
 		hits, checks := s.queue.take()
-		if len(hits)+len(checks) == 0 {
-			return
-		}
 		if !s.lane.mu.lockCtx(ctx) { // halting
 			s.answerLocal(hits, checks)
-			continue
+			return
 		}
-		if s.health.down {
-			s.recoverLocked(ctx) // the back-off may have ended since the turn began
-		}
-		if len(checks) > 0 {
-			s.serveChecks(ctx, checks)
-		}
-		if len(hits) > 0 {
-			s.applyHits(ctx, hits)
+		idle := len(hits)+len(checks) == 0
+		if !idle || s.health.down || len(s.lane.inflight) > 0 {
+			s.turn(ctx, detached, hits, checks)
 		}
 		s.lane.mu.unlock()
+		if idle {
+			return
+		}
+	}
+}
+
+// turn is one turn of the worker on the lane: a recovery when the store
+// failed and its back-off has passed (or, with no request, when batches are
+// in flight), then the checks, then the hits.
+//
+// The recovery only pushes batches, which stay in flight when it is cut
+// short, so it runs under ctx, which halt cancels, bounded by Timeout. The
+// checks and hits run under detached, a context that halt does not cancel,
+// bounded by HitTimeout: a call the store may have applied is never
+// abandoned for a local answer, which would count its request twice. halt
+// therefore waits at most HitTimeout for the turn under way. Callers hold
+// lane.mu.
+func (s *Syncer) turn(ctx, detached context.Context, hits []*hitReq, checks []*checkReq) {
+	c := s.conf.Load()
+	if len(hits)+len(checks) == 0 || s.health.down || len(s.lane.inflight) > 0 {
+		rctx, cancel := context.WithTimeout(ctx, c.Timeout)
+		s.recoverLocked(rctx) // the back-off may have ended since the last turn
+		cancel()
+	}
+	if len(hits)+len(checks) == 0 {
+		return
+	}
+	tctx, cancel := context.WithTimeout(detached, c.HitTimeout)
+	defer cancel()
+	if len(checks) > 0 {
+		s.serveChecks(tctx, checks)
+	}
+	if len(hits) > 0 {
+		s.applyHits(tctx, hits)
 	}
 }
 
@@ -217,40 +241,40 @@ func (s *Syncer) answerLocal(hits []*hitReq, checks []*checkReq) {
 	}
 }
 
-// recoverLocked pushes the in-flight batches and the diffs counted locally
-// while the store failed, once the back-off has passed. It pushes only:
-// fetching every held key could take longer than a synchronous call may,
-// and the next hits read their totals anyway. Callers hold lane.mu.
+// recoverLocked pushes, within ctx, the in-flight batches and the diffs
+// counted locally while the store failed, once the back-off has passed. It
+// pushes only: fetching every held key could take longer than a
+// synchronous call may, and the next hits read their totals anyway.
+// Callers hold lane.mu.
 func (s *Syncer) recoverLocked(ctx context.Context) {
 	if s.isDown() {
 		return
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.conf.Load().Timeout)
-	defer cancel()
 	t0 := s.clock.now()
-	pushed, late, err := s.pushLocked(rctx)
+	pushed, late, err := s.pushLocked(ctx)
 	s.report(Report{Op: "sync", Duration: s.clock.since(t0), Pushed: pushed, Late: late, Err: err})
-	if err != nil {
+	switch {
+	case storeFailed(ctx, err):
 		s.markDown()
-		return
+	case err == nil:
+		s.markUp()
 	}
-	s.markUp()
 }
 
-// applyHits sends batch to the store and answers each hit with its totals.
-// Batches in flight go first; diffs counted locally earlier ride along in
-// the same batch, before the hits (each hit's totals then include them).
-// Callers hold lane.mu.
+// applyHits sends batch to the store, within ctx (a turn's: bounded by
+// HitTimeout), and answers each hit with its totals. Batches in flight go
+// first; diffs counted locally earlier ride along in the same batch, before
+// the hits (each hit's totals then include them). Callers hold lane.mu.
 func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	if s.health.down {
 		s.answerLocal(batch, nil)
 		return
 	}
 	c := s.conf.Load()
-	hctx, cancel := context.WithTimeout(ctx, c.HitTimeout)
-	defer cancel()
-	if _, _, err := s.pushInflight(hctx); err != nil {
-		s.markDown()
+	if _, _, err := s.pushInflight(ctx); err != nil {
+		if storeFailed(ctx, err) {
+			s.markDown()
+		}
 		s.answerLocal(batch, nil)
 		return
 	}
@@ -273,10 +297,12 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	b := s.newBatch(c, diffs)
 	s.addInflight(b)
 	t0 := s.clock.now()
-	totals, err := s.pushCount(hctx, *b)
+	totals, err := s.pushCount(ctx, *b)
 	s.report(Report{Op: "hits", Duration: s.clock.since(t0), Pushed: len(diffs), Err: err})
 	if err != nil {
-		s.markDown()
+		if storeFailed(ctx, err) {
+			s.markDown()
+		}
 		s.answerInFlight(batch)
 		return
 	}

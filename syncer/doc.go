@@ -54,18 +54,25 @@
 // it while waiting for that goroutine, which may wait for lane.mu. lane.mu
 // is held for a whole exchange with the store, I/O included: every wait for
 // it is bounded by a context (laneLock.lockCtx), and halt cancels the
-// background goroutine's. confMu serializes changes of the configuration
-// snapshot, which everyone else reads with one atomic load. Reconfigure,
-// Stats, Start and the callers of Hit never take lane.mu; Check, Sync,
-// Fetch and Stop take it within their context (and Check within
-// HitTimeout), so a hung store delays them at most by their bound.
+// background goroutine's. halt cancels a periodic sync under way, and a
+// recovery push of the synchronous worker (bounded by Timeout), whose
+// batches stay in flight; but it waits for the store calls that answer the
+// worker's hits and checks, which run within HitTimeout under a context
+// halt does not cancel (see turn). Cancellation,
+// by halt or by a caller, never marks the store down. confMu serializes
+// changes of the configuration snapshot, which everyone else reads with one
+// atomic load. Reconfigure, Stats, Start and the callers of Hit never take
+// lane.mu; Check, Sync, Fetch and Stop take it within their context (and
+// Check within HitTimeout), so a hung store delays them at most by their
+// bound.
 //
 // # Time
 //
 // Every time the syncer reads comes from its Config: Now (the namespace
 // clock, Unix milliseconds) for window arithmetic and LastFetch, and Clock
 // (full resolution) for the back-off and down state, the purge schedule,
-// Stats' times and durations. Timers only wait: every decision compares
+// Stats' times, and the durations of exchanges (Report.Duration, and the
+// RTT averaged from them). Timers only wait: every decision compares
 // against the clock, so a fake Clock drives the back-off, the down state
 // and the times readiness checks read.
 //

@@ -1,6 +1,8 @@
 package syncer
 
 import (
+	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 )
@@ -45,4 +47,12 @@ func (s *Syncer) markUp() {
 	h := &s.health
 	h.down, h.backoff = false, 0
 	h.downUntil.Store(0)
+}
+
+// storeFailed reports whether err, which ended an exchange run within ctx,
+// is a failure of the store (an error it returned, or a timeout), as
+// opposed to the cancellation of ctx, by halt or by a caller giving up,
+// which says nothing of the store and never marks it down.
+func storeFailed(ctx context.Context, err error) bool {
+	return err != nil && !(errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled))
 }

@@ -84,7 +84,7 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	switch {
 	case err == nil && s.health.down:
 		s.markUp()
-	case err != nil && c.Rate == 0:
+	case c.Rate == 0 && storeFailed(ctx, err):
 		s.markDown() // synchronous hits go local instead of waiting on it
 	}
 	s.report(Report{Op: op, Duration: s.clock.since(t0), Pushed: pushed, Fetched: fetched, Late: late, Err: err})

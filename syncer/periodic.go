@@ -43,8 +43,14 @@ func (s *Syncer) Start() {
 	}
 }
 
-// halt stops the background work without a final sync, and waits for it:
-// an exchange under way is canceled.
+// halt stops the background work without a final sync, and waits for it.
+// A periodic sync under way is canceled: its batch stays in flight and is
+// pushed again, with the same (Node, Seq), by the next exchange. The
+// synchronous worker's turn under way is not: its store calls (checks and
+// hits the store counts as it applies them) run within HitTimeout under a
+// context halt does not cancel, so halt waits for that turn, at most
+// HitTimeout, and the worker stops after it. Requests the worker has not
+// taken are answered on the node.
 func (s *Syncer) halt() {
 	l := &s.loop
 	l.mu.Lock()

@@ -39,7 +39,7 @@ type Config struct {
 	// means Now, in milliseconds.
 	Clock      func() time.Time
 	Timeout    time.Duration // bound on a background sync; DefaultTimeout when 0
-	HitTimeout time.Duration // bound on a synchronous store call; DefaultHitTimeout when 0
+	HitTimeout time.Duration // bound on one turn of synchronous store calls (see halt) and on a check; DefaultHitTimeout when 0
 	PurgeEvery time.Duration // mean interval between Purge calls (±25% jitter); an hour when 0, never when < 0
 	Logger     *slog.Logger  // slog.Default() when nil
 	Observe    func(Report)  // called after each store exchange; may be nil; must not block
@@ -109,10 +109,13 @@ func New(cfg Config) *Syncer {
 // Reconfigure replaces the configuration, keeping the batches in flight,
 // and restarts the background work when the rate changed. Series that cfg
 // no longer has are retired: their diffs (including adds that race this
-// call) are still pushed, until they hold nothing. It never waits for an
-// exchange with the store: one under way is canceled when the rate changed
-// (its batch stays in flight), and finishes with the old configuration
-// otherwise.
+// call) are still pushed, until they hold nothing. When the rate did not
+// change, an exchange under way finishes with the old configuration and
+// Reconfigure does not wait for it. When it changed, the background work is
+// stopped (see halt): a periodic sync under way is canceled (its batch stays
+// in flight), and the synchronous worker's turn under way is waited for, at
+// most HitTimeout, since its store calls may already have counted their
+// requests.
 func (s *Syncer) Reconfigure(cfg Config) {
 	s.confMu.Lock()
 	old := s.conf.Load()
@@ -124,12 +127,12 @@ func (s *Syncer) Reconfigure(cfg Config) {
 	}
 	c := newConf(cfg, retired)
 	s.conf.Store(c)
-	if s.lane.pinned.Load() {
-		// Batches are in flight: keep eviction away from new series too
-		// (the lane unpins every series it pushes once none is left).
-		for _, sr := range c.pushing {
-			sr.SetPinned(true)
-		}
+	// Every pushed series is pinned exactly while batches are in flight:
+	// new series, and ones added back after pruneRetired dropped them, take
+	// the lane's state (setPinned changes it under confMu).
+	pinned := s.lane.pinned.Load()
+	for _, sr := range c.pushing {
+		sr.SetPinned(pinned)
 	}
 	s.confMu.Unlock()
 	if old.Rate != cfg.Rate {
@@ -138,23 +141,31 @@ func (s *Syncer) Reconfigure(cfg Config) {
 	}
 }
 
-// pruneRetired forgets retired series that hold nothing any more.
+// pruneRetired forgets retired series that hold nothing any more. Whether
+// a series is empty is decided under confMu, against the configuration it
+// then replaces: a Reconfigure that adds a series back and retires it
+// again meanwhile, with diffs added in between, cannot make it drop them.
 func (s *Syncer) pruneRetired(now int64) {
-	var empty []*shm.Series
-	for _, sr := range s.conf.Load().retired {
-		sr.Expire(now)
-		if sr.Empty() {
-			empty = append(empty, sr)
-		}
-	}
-	if len(empty) == 0 {
+	retired := s.conf.Load().retired
+	if len(retired) == 0 {
 		return
+	}
+	for _, sr := range retired {
+		sr.Expire(now)
 	}
 	s.confMu.Lock()
 	defer s.confMu.Unlock()
 	c := s.conf.Load()
-	retired := slices.DeleteFunc(slices.Clone(c.retired), func(sr *shm.Series) bool { return slices.Contains(empty, sr) })
-	s.conf.Store(newConf(c.Config, retired))
+	kept := slices.DeleteFunc(slices.Clone(c.retired), func(sr *shm.Series) bool {
+		if !sr.Empty() {
+			return false
+		}
+		sr.SetPinned(false) // no counter, and no longer pushed: nothing to keep
+		return true
+	})
+	if len(kept) < len(c.retired) {
+		s.conf.Store(newConf(c.Config, kept))
+	}
 }
 
 // Stop stops the background work and makes a final sync within ctx, so that

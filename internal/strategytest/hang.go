@@ -18,9 +18,10 @@ import (
 type Hang struct {
 	inner strategy.Strategy
 
-	mu      sync.Mutex
-	release chan struct{} // nil: calls pass
-	waiting atomic.Int64
+	mu        sync.Mutex
+	release   chan struct{}  // nil: calls pass
+	waitingIn map[string]int // calls hanging now, by method
+	waiting   atomic.Int64
 }
 
 var (
@@ -54,17 +55,36 @@ func (h *Hang) Release() {
 // Waiting returns the number of calls hanging now.
 func (h *Hang) Waiting() int { return int(h.waiting.Load()) }
 
-// wait hangs while the store is blocked; it returns ctx.Err() when ctx ends
-// first.
-func (h *Hang) wait(ctx context.Context) error {
+// WaitingIn returns the number of calls of method (such as "PushDiffs")
+// hanging now.
+func (h *Hang) WaitingIn(method string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.waitingIn[method]
+}
+
+// wait hangs a call of method while the store is blocked; it returns
+// ctx.Err() when ctx ends first.
+func (h *Hang) wait(ctx context.Context, method string) error {
 	h.mu.Lock()
 	release := h.release
+	if release != nil {
+		if h.waitingIn == nil {
+			h.waitingIn = make(map[string]int)
+		}
+		h.waitingIn[method]++
+		h.waiting.Add(1)
+	}
 	h.mu.Unlock()
 	if release == nil {
 		return nil
 	}
-	h.waiting.Add(1)
-	defer h.waiting.Add(-1)
+	defer func() {
+		h.mu.Lock()
+		h.waitingIn[method]--
+		h.waiting.Add(-1)
+		h.mu.Unlock()
+	}()
 	select {
 	case <-release:
 		return nil
@@ -75,7 +95,7 @@ func (h *Hang) wait(ctx context.Context) error {
 
 // PushDiffs hangs, then forwards b.
 func (h *Hang) PushDiffs(ctx context.Context, b strategy.Batch) error {
-	if err := h.wait(ctx); err != nil {
+	if err := h.wait(ctx, "PushDiffs"); err != nil {
 		return err
 	}
 	return h.inner.PushDiffs(ctx, b)
@@ -84,7 +104,7 @@ func (h *Hang) PushDiffs(ctx context.Context, b strategy.Batch) error {
 // GetCounters hangs, then forwards q.
 func (h *Hang) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[strategy.Counter, error] {
 	return func(yield func(strategy.Counter, error) bool) {
-		if err := h.wait(ctx); err != nil {
+		if err := h.wait(ctx, "GetCounters"); err != nil {
 			yield(strategy.Counter{}, err)
 			return
 		}
@@ -98,7 +118,7 @@ func (h *Hang) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[stra
 
 // GetWindow hangs, then forwards.
 func (h *Hang) GetWindow(ctx context.Context, ns, key string, start time.Time, size time.Duration) (float64, error) {
-	if err := h.wait(ctx); err != nil {
+	if err := h.wait(ctx, "GetWindow"); err != nil {
 		return 0, err
 	}
 	return h.inner.GetWindow(ctx, ns, key, start, size)
@@ -106,7 +126,7 @@ func (h *Hang) GetWindow(ctx context.Context, ns, key string, start time.Time, s
 
 // Purge hangs, then forwards.
 func (h *Hang) Purge(ctx context.Context, ns string, sizes []time.Duration, now time.Time) error {
-	if err := h.wait(ctx); err != nil {
+	if err := h.wait(ctx, "Purge"); err != nil {
 		return err
 	}
 	return h.inner.Purge(ctx, ns, sizes, now)
@@ -114,7 +134,7 @@ func (h *Hang) Purge(ctx context.Context, ns string, sizes []time.Duration, now 
 
 // PushAndCount hangs, then forwards to the inner strategy's PushAndCount.
 func (h *Hang) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.Totals, error) {
-	if err := h.wait(ctx); err != nil {
+	if err := h.wait(ctx, "PushAndCount"); err != nil {
 		return nil, err
 	}
 	return h.inner.(strategy.PushCounter).PushAndCount(ctx, b)
@@ -122,7 +142,7 @@ func (h *Hang) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.T
 
 // CheckAndCount hangs, then forwards to the inner strategy's CheckAndCount.
 func (h *Hang) CheckAndCount(ctx context.Context, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
-	if err := h.wait(ctx); err != nil {
+	if err := h.wait(ctx, "CheckAndCount"); err != nil {
 		return nil, err
 	}
 	return h.inner.(strategy.Checker).CheckAndCount(ctx, node, seq, checks)
