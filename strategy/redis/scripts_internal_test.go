@@ -61,8 +61,8 @@ func TestBodiesDoNotRedefinePrelude(t *testing.T) {
 					t.Errorf("%s:%d: declares %q, which lane.lua declares: %q", sc.name, i+1, name, l)
 				}
 			}
-			if m := assignedFunction.FindStringSubmatch(l); m != nil && prelude[m[1]] {
-				t.Errorf("%s:%d: assigns a new function to %q, which lane.lua declares: %q", sc.name, i+1, m[1], l)
+			if m := assignedFunction.FindStringSubmatch(l); m != nil && prelude[m[1]+m[2]] {
+				t.Errorf("%s:%d: assigns a new function to %q, which lane.lua declares: %q", sc.name, i+1, m[1]+m[2], l)
 			}
 		}
 	}
@@ -108,8 +108,8 @@ func TestBodiesShareNoCode(t *testing.T) {
 
 var (
 	localDecl        = regexp.MustCompile(`^local\s+(function\s+)?([\w\s,]+?)\s*(=|\(|$)`)
-	assignedFunction = regexp.MustCompile(`^(\w+)\s*=\s*function\b`)
-	functionStart    = regexp.MustCompile(`^(\s*)(?:local\s+function\s+(\w+)|(\w+)\s*=\s*function)\b`)
+	assignedFunction = regexp.MustCompile(`^(?:(\w+)\s*=\s*function|function\s+(\w+))\b`)
+	functionStart    = regexp.MustCompile(`^(\s*)(?:local\s+function\s+(\w+)|(\w+)\s*=\s*function|function\s+(\w+))\b`)
 )
 
 // declared returns the names a line of code declares as locals.
@@ -154,8 +154,8 @@ func substantive(lines []string) []string {
 	return out
 }
 
-// luaFunctions returns the named functions of src (local function f, or
-// f = function), each as its lines of code from its start to its end.
+// luaFunctions returns the named functions of src (local function f,
+// f = function, or function f), each as its lines of code from its start to its end.
 func luaFunctions(src string) map[string]string {
 	lines := strings.Split(src, "\n")
 	fns := make(map[string]string)
@@ -164,7 +164,7 @@ func luaFunctions(src string) map[string]string {
 		if m == nil {
 			continue
 		}
-		name := m[2] + m[3]
+		name := m[2] + m[3] + m[4]
 		for j := i + 1; j < len(lines); j++ {
 			if strings.HasPrefix(lines[j], m[1]+"end") {
 				fns[fmt.Sprintf("%s (line %d)", name, i+1)] = strings.Join(luaCode(strings.Join(lines[i+1:j], "\n")), "\n")
