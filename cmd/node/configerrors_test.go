@@ -151,6 +151,18 @@ policies:
     limits: [{limit: 2, window: 1s}]
     namespace: nope
 `, `5: policies[0].namespace: "nope": no such namespace (namespaces: default)`},
+		{"null list item", `
+namespaces:
+  - ~
+  - name: a
+    strategy: memory
+    sync_rate: 0
+`, `3: namespaces[0]: must not be empty`},
+		{"null window size", `
+namespaces:
+  - name: a
+    window_sizes: [1s, null, 1m]
+`, `4: namespaces[0].window_sizes[1]: must not be empty`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a

@@ -208,7 +208,12 @@ func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
 			return
 		}
 		for i, item := range n.Content {
-			s.walk(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i), oneOf)
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if isNull(resolve(item)) { // the decoder drops it: later items would move up
+				s.fail(item, p, "must not be empty")
+				continue
+			}
+			s.walk(item, t.Elem(), p, oneOf)
 		}
 	default:
 		s.scalar(n, t.Kind(), path, oneOf)
