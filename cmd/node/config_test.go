@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -220,6 +222,13 @@ func TestMaskURL(t *testing.T) {
 		{"host=db user=app password=hunter2 dbname=x", "host=db user=app password=xxxxx dbname=x"},
 		{"host=db password='a b' dbname=x", "host=db password=xxxxx dbname=x"},
 		{"postgres://u:pw@h:notaport/db", "postgres://u:xxxxx@h:notaport/db"},
+		{"postgres://u:p@ss@h:notaport/db", "xxxxx@h:notaport/db"},
+		{"//u:pw1LEAK@h:6379", "xxxxx@h:6379"},
+		{"redis:/u:pw@h", "xxxxx@h"},
+		{"u:pw@h:6379", "xxxxx@h:6379"},
+		{"postgresql:/u:pw@h/db", "xxxxx@h/db"},
+		{"redis://h:6379/u:pw@x", "xxxxx@x"},
+		{"user=u password=p@ss host=h", "user=u password=xxxxx host=h"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -287,5 +296,37 @@ policies:
 		if !strings.Contains(out, want) {
 			t.Errorf("effective config lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// A password in a URL of an unexpected shape never reaches an error or
+// the log.
+func TestMalformedURLsDoNotLeak(t *testing.T) {
+	tests := []struct{ name, yaml, env string }{
+		{"no scheme", "namespaces:\n  - {name: a, strategy: redis, url: \"//u:pw1LEAK@h:6379\"}\n", ""},
+		{"one slash", "namespaces:\n  - {name: a, strategy: redis, url: \"redis:/u:pw1LEAK@h\"}\n", ""},
+		{"user as scheme", "namespaces:\n  - {name: a, strategy: redis, url: \"u:pw1LEAK@h:6379\"}\n", ""},
+		{"postgres one slash", "namespaces:\n  - {name: a, strategy: postgres, url: \"postgresql:/u:pw1LEAK@h/db\"}\n", ""},
+		{"gateway upstream", "gateway: {upstream: \"//u:pw1LEAK@h:80\"}\n", ""},
+		{"from the environment", "namespaces:\n  - {name: a, strategy: redis}\n", "//u:pw1LEAK@h:6379"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "node.yaml")
+			if err := os.WriteFile(file, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			env := []string{EnvRedisURL + "=" + tt.env}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			var logs bytes.Buffer
+			err := runWithLog(ctx, []string{"-config", file, "-listen", "127.0.0.1:0"}, env, &logs)
+			if err == nil {
+				t.Fatalf("accepted; log:\n%s", &logs)
+			}
+			if out := err.Error() + logs.String(); strings.Contains(out, "pw1LEAK") {
+				t.Errorf("the password leaks:\n%s", out)
+			}
+		})
 	}
 }
