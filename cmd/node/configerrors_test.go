@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Every configuration error is reported, with the line of the field at
@@ -163,6 +166,26 @@ namespaces:
   - name: a
     window_sizes: [1s, null, 1m]
 `, `4: namespaces[0].window_sizes[1]: must not be empty`},
+		{"explicit tag on a secret", `
+node:
+  admin_token: !!int s3cretTOK1
+`, `3: node.admin_token: the tag !!int does not fit: must be a string`},
+		{"explicit tag on a url", `
+namespaces:
+  - name: a
+    strategy: redis
+    url: !!timestamp "redis://:pw@h:1"
+`, `5: namespaces[0].url: the tag !!timestamp does not fit: must be a string`},
+		{"explicit bool tag on a value the decoder refuses", `
+headers:
+  hide: !!bool yes
+`, `3: headers.hide: cannot be read as true or false`},
+		{"explicit tag on a duration", `
+namespaces:
+  - name: a
+    strategy: memory
+    sync_rate: !!float 1
+`, `5: namespaces[0].sync_rate: the tag !!float does not fit: must be a duration like 1s, 1m, 1h`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a
@@ -223,5 +246,22 @@ func TestFaultLine(t *testing.T) {
 				t.Errorf("faultLine = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// An error of the YAML decoder, should one get past the checks before it,
+// names a line and quotes no value.
+func TestDecodeErrorHasALineAndNoValue(t *testing.T) {
+	var v struct {
+		A int `yaml:"a"`
+	}
+	err := yaml.Unmarshal([]byte("b: 1\na: s3cretTOK1\n"), &v)
+	got := newSource("node.yaml").decodeError(err, 1).Error()
+	if want := "node.yaml:2: cannot unmarshal !!str a value into int"; got != want {
+		t.Errorf("decodeError = %q, want %q", got, want)
+	}
+	got = newSource("node.yaml").decodeError(errors.New("yaml: document contains excessive aliasing"), 1).Error()
+	if want := "node.yaml:1: document contains excessive aliasing"; got != want {
+		t.Errorf("decodeError = %q, want %q", got, want)
 	}
 }

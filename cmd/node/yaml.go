@@ -50,9 +50,34 @@ func (s *source) decode(data []byte, cfg *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: %w", s.file, err) // not expected: walk finds what Decode refuses
+		return s.decodeError(err, doc.Content[0].Line) // not expected: walk finds what Decode refuses
 	}
 	return nil
+}
+
+var (
+	yamlErrLineRE = regexp.MustCompile(`^line (\d+): (.*)$`)
+	yamlValueRE   = regexp.MustCompile("`[^`]*`")
+)
+
+// decodeError reports an error of the YAML decoder with a line (its own,
+// or line, the document's) and without the values it quotes: they may be
+// secrets.
+func (s *source) decodeError(err error, line int) error {
+	msgs := []string{strings.TrimPrefix(err.Error(), "yaml: ")}
+	if te, ok := err.(*yaml.TypeError); ok {
+		msgs = te.Errors
+	}
+	errs := make([]error, 0, len(msgs))
+	for _, msg := range msgs {
+		l := line
+		if m := yamlErrLineRE.FindStringSubmatch(msg); m != nil {
+			l, _ = strconv.Atoi(m[1])
+			msg = m[2]
+		}
+		errs = append(errs, fmt.Errorf("%s:%d: %s", s.file, l, yamlValueRE.ReplaceAllString(msg, "a value")))
+	}
+	return errors.Join(errs...)
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: (?:line (\d+): )?`)
@@ -195,13 +220,16 @@ func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
 	switch {
 	case t == durationType:
 		var d Duration
+		if !s.tagFits(n, t, path) {
+			return
+		}
 		if err := d.UnmarshalYAML(n); err != nil {
 			s.failValue(n, path, err.Error())
 		}
 	case t.Kind() == reflect.Struct:
 		s.mapping(n, t, path)
 	case t == stringListType && n.Kind == yaml.ScalarNode:
-		s.scalar(n, reflect.String, path, oneOf)
+		s.scalar(n, reflect.TypeFor[string](), path, oneOf)
 	case t.Kind() == reflect.Slice:
 		if n.Kind != yaml.SequenceNode {
 			s.fail(n, path, "must be a list")
@@ -216,7 +244,7 @@ func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
 			s.walk(item, t.Elem(), p, oneOf)
 		}
 	default:
-		s.scalar(n, t.Kind(), path, oneOf)
+		s.scalar(n, t, path, oneOf)
 	}
 }
 
@@ -278,15 +306,19 @@ func yamlName(f reflect.StructField) string {
 	return name
 }
 
-// scalar checks a single value of kind k.
-func (s *source) scalar(n *yaml.Node, k reflect.Kind, path, oneOf string) {
+// scalar checks a single value of type t.
+func (s *source) scalar(n *yaml.Node, t reflect.Type, path, oneOf string) {
 	if n.Kind != yaml.ScalarNode {
 		s.fail(n, path, "must be a single value, not a list or a mapping")
+		return
+	}
+	if !s.tagFits(n, t, path) {
 		return
 	}
 	var (
 		i int64
 		f float64
+		k = t.Kind()
 	)
 	switch {
 	case k == reflect.Bool && n.Tag != "!!bool":
@@ -297,5 +329,49 @@ func (s *source) scalar(n *yaml.Node, k reflect.Kind, path, oneOf string) {
 		s.failValue(n, path, "must be a number")
 	case k == reflect.String && oneOf != "" && !slices.Contains(strings.Fields(oneOf), n.Value):
 		s.failValue(n, path, "must be one of "+strings.ReplaceAll(oneOf, " ", ", "))
+	case n.Decode(reflect.New(t).Interface()) != nil:
+		s.fail(n, path, "cannot be read as "+kindText(t)) // the value may be a secret
 	}
+}
+
+// tagFits reports whether the explicit tag of n, if any, fits a value of
+// type t; if not it records an error without the value (it may be a
+// secret): "admin_token: !!int abc" is not a string.
+func (s *source) tagFits(n *yaml.Node, t reflect.Type, path string) bool {
+	if n.Style&yaml.TaggedStyle == 0 {
+		return true
+	}
+	var fits []string
+	switch {
+	case t == durationType:
+		fits = []string{"!!str", "!!int"}
+	case t.Kind() == reflect.String:
+		fits = []string{"!!str"}
+	case t.Kind() == reflect.Bool:
+		fits = []string{"!!bool"}
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
+		fits = []string{"!!int"}
+	case t.Kind() == reflect.Float64:
+		fits = []string{"!!int", "!!float"}
+	}
+	if slices.Contains(fits, n.Tag) {
+		return true
+	}
+	s.fail(n, path, "the tag "+n.Tag+" does not fit: must be "+kindText(t))
+	return false
+}
+
+// kindText says what a value of type t is in the file.
+func kindText(t reflect.Type) string {
+	switch {
+	case t == durationType:
+		return "a duration like 1s, 1m, 1h"
+	case t.Kind() == reflect.Bool:
+		return "true or false"
+	case t.Kind() == reflect.Int || t.Kind() == reflect.Int64:
+		return "a whole number"
+	case t.Kind() == reflect.Float64:
+		return "a number"
+	}
+	return "a string"
 }
