@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.yaml.in/yaml/v3"
@@ -263,5 +265,39 @@ func TestDecodeErrorHasALineAndNoValue(t *testing.T) {
 	got = newSource("node.yaml").decodeError(errors.New("yaml: document contains excessive aliasing"), 1).Error()
 	if want := "node.yaml:1: document contains excessive aliasing"; got != want {
 		t.Errorf("decodeError = %q, want %q", got, want)
+	}
+}
+
+// A file whose aliases expand to a great many values is refused before it
+// is expanded: 3000 window sizes aliased 3000 times.
+func TestAliasBombIsRefused(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("namespaces:\n  - {name: w, window_sizes: &w [")
+	for i := range 3000 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("1s")
+	}
+	b.WriteString("]}\n")
+	for i := range 3000 {
+		fmt.Fprintf(&b, "  - {name: n%d, window_sizes: *w}\n", i)
+	}
+	_, err := parseConfig("node.yaml", []byte(b.String()), envOf(nil))
+	if err == nil || !strings.Contains(err.Error(), "too many values: the file, aliases expanded, has more than 100000") {
+		t.Errorf("err = %.300v, want too many values", err)
+	}
+}
+
+// Walking stops after maxErrors errors.
+func TestErrorsAreCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("namespaces:\n")
+	for i := range 500 {
+		fmt.Fprintf(&b, "  - {name: n%d, bogus: 1}\n", i)
+	}
+	_, err := parseConfig("node.yaml", []byte(b.String()), envOf(nil))
+	if err == nil || strings.Count(err.Error(), "\n") != maxErrors || !strings.HasSuffix(err.Error(), "more than 100 errors; stopped") {
+		t.Errorf("err = %.300v..., want %d errors and a last line", err, maxErrors)
 	}
 }

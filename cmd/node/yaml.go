@@ -22,10 +22,20 @@ import (
 // "abc": must be a duration like 1s, 1m, 1h". Errors are collected, not
 // returned at the first.
 type source struct {
-	file  string
-	nodes map[string]*yaml.Node
-	errs  []error
+	file    string
+	nodes   map[string]*yaml.Node
+	errs    []error
+	visited int  // values walked, aliases expanded
+	stopped bool // walk gave up: too many values or errors
 }
+
+// Bounds of walk: a file whose aliases expand to more values than
+// maxValues is refused (an alias bomb), and walking stops after maxErrors
+// errors.
+const (
+	maxValues = 100_000
+	maxErrors = 100
+)
 
 func newSource(file string) *source {
 	return &source{file: file, nodes: map[string]*yaml.Node{}}
@@ -209,6 +219,20 @@ var (
 // under path. oneOf lists the values a string (or each string of a list)
 // may take. A null is an empty value of any type.
 func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
+	if s.stopped {
+		return
+	}
+	s.visited++
+	switch {
+	case s.visited > maxValues:
+		s.stopped = true
+		s.fail(n, path, fmt.Sprintf("too many values: the file, aliases expanded, has more than %d", maxValues))
+		return
+	case len(s.errs) >= maxErrors:
+		s.stopped = true
+		s.errs = append(s.errs, fmt.Errorf("%s: more than %d errors; stopped", s.file, maxErrors))
+		return
+	}
 	n = resolve(n)
 	s.nodes[path] = n
 	if isNull(n) {
