@@ -81,3 +81,17 @@ func TestNormalize(t *testing.T) {
 		t.Fatalf("WindowSizes = %v, want %v (sorted, duplicates removed)", c.WindowSizes, want)
 	}
 }
+
+func TestValidateReportsEveryField(t *testing.T) {
+	c := namespace.Config{Dict: "x|y", SyncRate: 500 * time.Microsecond, DictCapacity: -1, WindowSizes: []time.Duration{0, time.Second, -1}}
+	var keys []string
+	for _, e := range c.Validate().(interface{ Unwrap() []error }).Unwrap() {
+		var fe *namespace.FieldError
+		if errors.As(e, &fe) {
+			keys = append(keys, fe.Key)
+		}
+	}
+	if got := strings.Join(keys, " "); got != "dict sync_rate dict_capacity window_sizes[0] window_sizes[2]" {
+		t.Errorf("fields = %s", got)
+	}
+}

@@ -146,11 +146,11 @@ policies:
       - limit: 10
         window: 2m
 `, nil, `test.yaml:6: policies[0].limits[0].window: "2m": must be one of the window sizes of namespace "default": 1s, 1m, 1h`},
-		{"limit zero", "policies:\n  - name: a\n    limits: [{limit: 0, window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: "0": must be > 0`},
+		{"limit zero", "policies:\n  - name: a\n    limits: [{limit: 0, window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: "0": must be a finite number > 0`},
 		{"limit not a number", "policies:\n  - name: a\n    limits: [{limit: lots, window: 1s}]\n", nil, `policies[0].limits[0].limit: "lots": must be a number`},
 		{"limit missing", "policies:\n  - name: a\n    limits: [{window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: required`},
 		{"limit type", "policies:\n  - name: a\n    limits: [{limit: 1, window: 1s, type: leaky}]\n", nil, `policies[0].limits[0].type: "leaky": must be one of sliding, fixed`},
-		{"no limits", "policies:\n  - name: a\n", nil, `test.yaml:2: policies[0].limits: required`},
+		{"no limits", "policies:\n  - name: a\n", nil, `test.yaml:2: policies[0].limits: "[]": at least one limit is required`},
 		{"too many limits", "policies:\n  - name: a\n    limits: [" + strings.Repeat("{limit: 1, window: 1s},", 17) + "]\n", nil, `policies[0].limits: 17 limits: at most 16`},
 		{"cost above a limit", "policies:\n  - name: a\n    cost: 5\n    limits: [{limit: 2, window: 1s}]\n", nil, `test.yaml:3: policies[0].cost: "5": must be at most limits[0].limit (2)`},
 		{"unknown namespace", "policies:\n  - name: a\n    namespace: nope\n    limits: [{limit: 1, window: 1s}]\n", nil, `test.yaml:3: policies[0].namespace: "nope": no such namespace (namespaces: default)`},

@@ -188,6 +188,50 @@ namespaces:
     strategy: memory
     sync_rate: !!float 1
 `, `5: namespaces[0].sync_rate: the tag !!float does not fit: must be a duration like 1s, 1m, 1h`},
+		{"every namespace error", `
+namespaces:
+  - name: api
+    strategy: memory
+    sync_rate: 500us
+    dict: "x|y"
+    dict_capacity: -1
+`, `6: namespaces[0].dict: "x|y": must not contain '|'
+FILE:5: namespaces[0].sync_rate: "500us": must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only
+FILE:7: namespaces[0].dict_capacity: "-1": must be >= 0 (0 keeps the dict's bound)`},
+		{"every redis option error", `
+namespaces:
+  - name: api
+    strategy: redis
+    url: redis://127.0.0.1:1/0
+    redis:
+      prefix: "{x}"
+      shards: -1
+      ttl_margin: -1s
+`, `7: namespaces[0].redis.prefix: "{x}": must not contain '{' or '}' (they delimit Cluster hash tags)
+FILE:8: namespaces[0].redis.shards: "-1": must be 0 (default 16) or 1 to 1024
+FILE:9: namespaces[0].redis.ttl_margin: "-1s": must be 0 (default 5s) or at least 1ms`},
+		{"every postgres option error", `
+namespaces:
+  - name: api
+    strategy: postgres
+    url: postgres://u@127.0.0.1:1/db
+    postgres:
+      purge_batch: -1
+      lane_ttl: -1s
+`, `7: namespaces[0].postgres.purge_batch: "-1": must be > 0 (0 means 1000)
+FILE:8: namespaces[0].postgres.lane_ttl: "-1s": must be > 0 (0 means 24h0m0s)`},
+		{"a bad cost and a bad window", `
+policies:
+  - name: api
+    cost: -1
+    limits: [{limit: 2, window: 2s}]
+`, `4: policies[0].cost: "-1": must be a finite number > 0
+FILE:5: policies[0].limits[0].window: "2s": must be one of the window sizes of namespace "default": 1s, 1m, 1h`},
+		{"no limits, one error", `
+policies:
+  - name: api
+    limits: ~
+`, `4: policies[0].limits: "[]": at least one limit is required`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a
@@ -217,7 +261,7 @@ policies:
 			}
 			var logs bytes.Buffer
 			err := runWithLog(context.Background(), []string{"-config", file, "-listen", "127.0.0.1:0"}, nil, &logs)
-			if want := file + ":" + tt.want; err == nil || err.Error() != want {
+			if want := file + ":" + strings.ReplaceAll(tt.want, "FILE:", file+":"); err == nil || err.Error() != want {
 				t.Errorf("error:\n%v\nwant:\n%s", err, want)
 			}
 			if logs.Len() > 0 {

@@ -22,11 +22,12 @@ import (
 // "abc": must be a duration like 1s, 1m, 1h". Errors are collected, not
 // returned at the first.
 type source struct {
-	file    string
-	nodes   map[string]*yaml.Node
-	errs    []error
-	visited int  // values walked, aliases expanded
-	stopped bool // walk gave up: too many values or errors
+	file     string
+	nodes    map[string]*yaml.Node
+	errs     []error
+	reported map[string]bool // paths with an error
+	visited  int             // values walked, aliases expanded
+	stopped  bool            // walk gave up: too many values or errors
 }
 
 // Bounds of walk: a file whose aliases expand to more values than
@@ -38,7 +39,7 @@ const (
 )
 
 func newSource(file string) *source {
-	return &source{file: file, nodes: map[string]*yaml.Node{}}
+	return &source{file: file, nodes: map[string]*yaml.Node{}, reported: map[string]bool{}}
 }
 
 // decode parses data into cfg: YAML syntax first, then the shape of every
@@ -164,6 +165,7 @@ func (s *source) report(path, msg string) { s.reportAs(path, path, msg) }
 
 // reportAs records an error about the field at path, named label.
 func (s *source) reportAs(path, label, msg string) {
+	s.reported[path] = true
 	if s.file == "" {
 		s.errs = append(s.errs, fmt.Errorf("%s: %s", label, msg))
 		return
