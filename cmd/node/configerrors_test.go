@@ -232,6 +232,43 @@ policies:
   - name: api
     limits: ~
 `, `4: policies[0].limits: "[]": at least one limit is required`},
+		{"a list field's line, not its first item's", `
+policies:
+  - name: p
+    limits:
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+`, `4: policies[0].limits: 17 limits: at most 16`},
+		{"an alias's line, not its anchor's", `
+node:
+  shutdown_timeout: &x 500us
+namespaces:
+  - name: a
+    strategy: memory
+    sync_rate: *x
+`, `7: namespaces[0].sync_rate: "500us": must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only`},
+		{"a field whose value is on the next line", `
+namespaces:
+  - name: a
+    strategy: memory
+    sync_rate:
+      fast
+`, `5: namespaces[0].sync_rate: "fast": must be a duration like 1s, 1m, 1h`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a

@@ -26,6 +26,7 @@ type source struct {
 	nodes    map[string]*yaml.Node
 	errs     []error
 	reported map[string]bool // paths with an error
+	lines    map[string]int  // of each field: its key's line, or a list item's own
 	visited  int             // values walked, aliases expanded
 	stopped  bool            // walk gave up: too many values or errors
 }
@@ -39,7 +40,7 @@ const (
 )
 
 func newSource(file string) *source {
-	return &source{file: file, nodes: map[string]*yaml.Node{}, reported: map[string]bool{}}
+	return &source{file: file, nodes: map[string]*yaml.Node{}, reported: map[string]bool{}, lines: map[string]int{}}
 }
 
 // decode parses data into cfg: YAML syntax first, then the shape of every
@@ -139,8 +140,8 @@ func (s *source) set(path string) bool {
 // field the file has (0: none, as without a file).
 func (s *source) line(path string) int {
 	for path != "" {
-		if n := s.nodes[path]; n != nil {
-			return n.Line
+		if l, ok := s.lines[path]; ok {
+			return l
 		}
 		i := strings.LastIndexAny(path, ".[")
 		if i < 0 {
@@ -185,9 +186,20 @@ func (s *source) bad(path, def, msg string) {
 	s.reportValue(path, s.text(path, def), msg)
 }
 
-// fail records an error at node n.
+// fail records an error at node n: on the line of the field at path if
+// walk has seen it (not the line of an alias's anchor), else on n's.
 func (s *source) fail(n *yaml.Node, path, msg string) {
-	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, n.Line, path, msg))
+	line, ok := s.lines[path]
+	if !ok {
+		line = n.Line
+	}
+	s.failAt(line, path, msg)
+}
+
+// failAt records an error at line.
+func (s *source) failAt(line int, path, msg string) {
+	s.reported[path] = true
+	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, line, path, msg))
 }
 
 func (s *source) failValue(n *yaml.Node, path, msg string) {
@@ -234,6 +246,9 @@ func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
 		s.stopped = true
 		s.errs = append(s.errs, fmt.Errorf("%s: more than %d errors; stopped", s.file, maxErrors))
 		return
+	}
+	if _, ok := s.lines[path]; !ok {
+		s.lines[path] = n.Line // a list item's: of the item, or of its alias
 	}
 	n = resolve(n)
 	s.nodes[path] = n
@@ -291,10 +306,11 @@ func (s *source) mapping(n *yaml.Node, t reflect.Type, path string) {
 		f, known := yamlField(t, k.Value)
 		switch {
 		case seen[k.Value]:
-			s.fail(k, p, "repeated field")
+			s.failAt(k.Line, p, "repeated field")
 		case !known:
 			s.fail(k, p, "unknown field (known: "+strings.Join(yamlNames(t), ", ")+")")
 		default:
+			s.lines[p] = k.Line
 			s.walk(n.Content[i+1], f.Type, p, f.Tag.Get("oneof"))
 		}
 		seen[k.Value] = true
