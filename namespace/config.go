@@ -29,6 +29,11 @@ const (
 // MinSyncRate is the shortest periodic sync interval accepted.
 const MinSyncRate = time.Millisecond
 
+// MaxWindowSize is the longest window size accepted: 100 years. Window
+// arithmetic reaches twice a window past now, in nanoseconds; with this
+// bound it stays far inside an int64.
+const MaxWindowSize = 876000 * time.Hour
+
 // Config is one namespace's configuration: where its counters live, how
 // often they sync, with which store, and which window sizes it keeps.
 //
@@ -39,7 +44,7 @@ type Config struct {
 	Dict        string            // shm dict the counters live in; namespaces may share one ("default" when empty)
 	SyncRate    time.Duration     // > 0 periodic, 0 synchronous, < 0 local only
 	Strategy    strategy.Strategy // required unless SyncRate < 0
-	WindowSizes []time.Duration   // window sizes this namespace syncs; whole milliseconds, > 0
+	WindowSizes []time.Duration   // window sizes this namespace syncs; whole milliseconds, > 0, at most MaxWindowSize
 	// NearLimit (periodic namespaces whose Strategy implements
 	// strategy.Checker) decides a request in the store, atomically with its
 	// count, when a key's rate is within reach of a limit: within twice what
@@ -105,8 +110,11 @@ func (c Config) Validate() error {
 		bad("DictCapacity", "dict_capacity", fmt.Sprint(c.DictCapacity), "must be >= 0 (0 keeps the dict's bound)")
 	}
 	for i, s := range c.WindowSizes {
-		if s <= 0 || s%time.Millisecond != 0 {
+		switch {
+		case s <= 0 || s%time.Millisecond != 0:
 			bad(fmt.Sprintf("WindowSizes[%d]", i), fmt.Sprintf("window_sizes[%d]", i), s.String(), "must be > 0 and a whole number of milliseconds")
+		case s > MaxWindowSize:
+			bad(fmt.Sprintf("WindowSizes[%d]", i), fmt.Sprintf("window_sizes[%d]", i), s.String(), "must be at most 876000h (100 years)")
 		}
 	}
 	c.validateNearLimit(bad)

@@ -33,6 +33,7 @@ func TestValidate(t *testing.T) {
 		{"zero window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{time.Second, 0} }, "WindowSizes[1]", "0s", "> 0"},
 		{"negative window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{-time.Second} }, "WindowSizes[0]", "-1s", "> 0"},
 		{"fractional millisecond window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{1500 * time.Microsecond} }, "WindowSizes[0]", "1.5ms", "whole number of milliseconds"},
+		{"window over 100 years", func(c *namespace.Config) { c.WindowSizes = []time.Duration{2562047 * time.Hour} }, "WindowSizes[0]", "2562047h", "at most 876000h"},
 		{"negative dict capacity", func(c *namespace.Config) { c.DictCapacity = -5 }, "DictCapacity", "-5", ">= 0"},
 		{"near limit on a synchronous namespace", func(c *namespace.Config) { c.SyncRate, c.NearLimit = 0, true }, "NearLimit", "true", "periodic SyncRate"},
 		{"near limit without a checker", func(c *namespace.Config) { c.Strategy, c.NearLimit = plainStore{store}, true }, "NearLimit", "true", "strategy.Checker"},

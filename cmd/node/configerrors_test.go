@@ -269,6 +269,11 @@ namespaces:
     sync_rate:
       fast
 `, `5: namespaces[0].sync_rate: "fast": must be a duration like 1s, 1m, 1h`},
+		{"window size over 100 years", `
+namespaces:
+  - name: api
+    window_sizes: [1s, 2562047h]
+`, `4: namespaces[0].window_sizes[1]: "2562047h": must be at most 876000h (100 years)`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a
