@@ -274,6 +274,11 @@ namespaces:
   - name: api
     window_sizes: [1s, 2562047h]
 `, `4: namespaces[0].window_sizes[1]: "2562047h": must be at most 876000h (100 years)`},
+		{"a second document", `
+node: {id: x}
+---
+node: {bogus: 1}
+`, `3: a second YAML document: the file must hold one`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a

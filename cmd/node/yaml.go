@@ -48,8 +48,15 @@ func newSource(file string) *source {
 // values), then the YAML library decodes into the tagged structs, refusing
 // unknown fields.
 func (s *source) decode(data []byte, cfg *Config) error {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	var doc, next yaml.Node
+	docs := yaml.NewDecoder(bytes.NewReader(data))
+	if err := docs.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		return s.syntaxError(data, err)
+	}
+	switch err := docs.Decode(&next); {
+	case err == nil:
+		return fmt.Errorf("%s:%d: a second YAML document: the file must hold one", s.file, next.Line)
+	case !errors.Is(err, io.EOF):
 		return s.syntaxError(data, err)
 	}
 	if len(doc.Content) == 0 {
