@@ -369,7 +369,7 @@ func (s *source) checkGateway(g *GatewayConfig, nodeListen string) {
 	}
 	if err := checkHostPort(g.Listen); err != nil {
 		s.reportValue("gateway.listen", g.Listen, err.Error())
-	} else if g.Listen == nodeListen {
+	} else if sameListen(g.Listen, nodeListen) {
 		s.reportValue("gateway.listen", g.Listen, "must differ from node.listen")
 	}
 	for _, f := range []struct {

@@ -392,3 +392,34 @@ func TestErrorsAreCapped(t *testing.T) {
 		t.Errorf("err = %.300v..., want %d errors and a last line", err, maxErrors)
 	}
 }
+
+// Flags that give both listeners one address are refused before anything
+// starts, like the same in the file.
+func TestListenFlagsClash(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		args       []string
+		want       string
+	}{
+		{"-listen on the gateway's address", "gateway: {upstream: \"http://127.0.0.1:1\", listen: \"127.0.0.1:19101\"}\n",
+			[]string{"-listen", "127.0.0.1:19101"}, `-listen "127.0.0.1:19101": must differ from the gateway's listen address`},
+		{"-gateway-listen on the default node address", "gateway: {upstream: \"http://127.0.0.1:1\"}\n",
+			[]string{"-gateway-listen", DefaultListen}, `-gateway-listen "127.0.0.1:8080": must differ from the node's listen address`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "node.yaml")
+			if err := os.WriteFile(file, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			err := runWithLog(context.Background(), append([]string{"-config", file}, tt.args...), nil, &logs)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error:\n%v\nwant:\n%s", err, tt.want)
+			}
+			if logs.Len() > 0 {
+				t.Errorf("the node logged before refusing its configuration:\n%s", &logs)
+			}
+		})
+	}
+}
