@@ -32,7 +32,7 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	if len(c.Namespaces) == 0 {
 		c.Namespaces = []NamespaceConfig{{Name: "default"}}
 	}
-	capacity := map[string]int{} // of each dict: the last capacity set wins
+	capacity := map[string]int{} // of each dict: validate refuses two different ones
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		ns.applyDefaults(getenv, func(field string) bool { return set(fmt.Sprintf("namespaces[%d].%s", i, field)) })
@@ -140,6 +140,7 @@ func (s *source) validate(c *Config) error {
 		}
 		nss[ns.Name] = s.checkNamespace(path, ns)
 	}
+	s.checkDictCapacities(c.Namespaces)
 	var consumer string
 	if c.Gateway != nil {
 		consumer = c.Gateway.ConsumerHeader
@@ -163,6 +164,27 @@ func (s *source) validate(c *Config) error {
 		}
 	}
 	return errors.Join(s.errs...)
+}
+
+// checkDictCapacities refuses two namespaces on one dict that set
+// different capacities: a dict has one, and each namespace shows it.
+func (s *source) checkDictCapacities(nss []NamespaceConfig) {
+	first := map[string]int{} // dict: index of the first namespace setting its capacity
+	for i, ns := range nss {
+		path := fmt.Sprintf("namespaces[%d].dict_capacity", i)
+		if !s.set(path) || ns.DictCapacity <= 0 {
+			continue
+		}
+		j, ok := first[ns.Dict]
+		if !ok {
+			first[ns.Dict] = i
+			continue
+		}
+		if other := nss[j]; other.DictCapacity != ns.DictCapacity {
+			s.bad(path, "", fmt.Sprintf("namespace %q (line %d) sets dict %q to %d; namespaces on one dict must set the same capacity, or leave it out",
+				other.Name, s.line(fmt.Sprintf("namespaces[%d].dict_capacity", j)), ns.Dict, other.DictCapacity))
+		}
+	}
 }
 
 func (s *source) checkNode(n *NodeConfig) {

@@ -279,6 +279,15 @@ node: {id: x}
 ---
 node: {bogus: 1}
 `, `3: a second YAML document: the file must hold one`},
+		{"two capacities for one dict", `
+namespaces:
+  - name: m
+    dict: x
+    dict_capacity: 5
+  - name: m2
+    dict: x
+    dict_capacity: 7
+`, `8: namespaces[1].dict_capacity: "7": namespace "m" (line 5) sets dict "x" to 5; namespaces on one dict must set the same capacity, or leave it out`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a
