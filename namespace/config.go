@@ -99,9 +99,9 @@ func (c Config) Validate() error {
 	}
 	switch {
 	case c.SyncRate > 0 && c.SyncRate < MinSyncRate:
-		bad("SyncRate", "sync_rate", c.SyncRate.String(), "must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only")
+		bad("SyncRate", "sync_rate", c.SyncRate.String(), "a periodic sync rate (> 0) must be at least 1ms")
 	case c.SyncRate >= 0 && c.Strategy == nil:
-		bad("Strategy", "strategy", "nil", fmt.Sprintf("a strategy is required with SyncRate %v (>= 0); use a negative SyncRate for local-only counting", c.SyncRate))
+		bad("Strategy", "strategy", "nil", fmt.Sprintf("a strategy is required with sync rate %v (>= 0); a negative sync rate counts locally only", c.SyncRate))
 	}
 	if len(c.WindowSizes) == 0 {
 		bad("WindowSizes", "window_sizes", "[]", "at least one window size is required")
@@ -128,14 +128,14 @@ func (c Config) validateNearLimit(bad func(field, key, value, allowed string)) {
 	}
 	switch {
 	case c.SyncRate < 0:
-		bad("NearLimit", "near_limit", "true", "needs a periodic SyncRate (> 0) and a store; this namespace is local only, and local namespaces never ask the store")
+		bad("NearLimit", "near_limit", "true", "needs a periodic sync rate (sync_rate, SyncRate > 0) and a store; this namespace is local only, and local namespaces never ask the store")
 	case c.SyncRate == 0:
-		bad("NearLimit", "near_limit", "true", "needs a periodic SyncRate (> 0); this namespace is synchronous, and synchronous namespaces always decide in the store")
+		bad("NearLimit", "near_limit", "true", "needs a periodic sync rate (sync_rate, SyncRate > 0); this namespace is synchronous, and synchronous namespaces always decide in the store")
 	case c.Strategy == nil:
 		// reported above
 	default:
 		if _, ok := c.Strategy.(strategy.Checker); !ok {
-			bad("NearLimit", "near_limit", "true", fmt.Sprintf("needs a Strategy that implements strategy.Checker; %T does not", c.Strategy))
+			bad("NearLimit", "near_limit", "true", fmt.Sprintf("needs a strategy that decides in the store (strategy.Checker); %T does not", c.Strategy))
 		}
 	}
 }

@@ -32,7 +32,7 @@ namespaces:
   - name: api
     strategy: memory
     sync_rate: 500us
-`, `5: namespaces[0].sync_rate: "500us": must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only`},
+`, `5: namespaces[0].sync_rate: "500us": a periodic sync rate (> 0) must be at least 1ms`},
 		{"window size not whole milliseconds", `
 namespaces:
   - name: api
@@ -56,7 +56,7 @@ namespaces:
     strategy: memory
     sync_rate: 0
     near_limit: true
-`, `6: namespaces[0].near_limit: "true": needs a periodic SyncRate (> 0); this namespace is synchronous, and synchronous namespaces always decide in the store`},
+`, `6: namespaces[0].near_limit: "true": needs a periodic sync rate (sync_rate, SyncRate > 0); this namespace is synchronous, and synchronous namespaces always decide in the store`},
 		{"unknown top-level field", `
 node:
   id: a
@@ -98,7 +98,7 @@ namespaces:
     strategy: redis
     url: redis://127.0.0.1:1/0
     redis: {lane_ttl: 1ms}
-`, `6: namespaces[0].redis.lane_ttl: "1ms": must be 0 (default 24h0m0s) or at least 1s`},
+`, `6: namespaces[0].redis.lane_ttl: "1ms": must be 0 (default 24h) or at least 1s`},
 		{"bad redis url", `
 namespaces:
   - name: api
@@ -196,7 +196,7 @@ namespaces:
     dict: "x|y"
     dict_capacity: -1
 `, `6: namespaces[0].dict: "x|y": must not contain '|'
-FILE:5: namespaces[0].sync_rate: "500us": must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only
+FILE:5: namespaces[0].sync_rate: "500us": a periodic sync rate (> 0) must be at least 1ms
 FILE:7: namespaces[0].dict_capacity: "-1": must be >= 0 (0 keeps the dict's bound)`},
 		{"every redis option error", `
 namespaces:
@@ -219,7 +219,7 @@ namespaces:
       purge_batch: -1
       lane_ttl: -1s
 `, `7: namespaces[0].postgres.purge_batch: "-1": must be > 0 (0 means 1000)
-FILE:8: namespaces[0].postgres.lane_ttl: "-1s": must be > 0 (0 means 24h0m0s)`},
+FILE:8: namespaces[0].postgres.lane_ttl: "-1s": must be > 0 (0 means 24h)`},
 		{"a bad cost and a bad window", `
 policies:
   - name: api
@@ -261,7 +261,7 @@ namespaces:
   - name: a
     strategy: memory
     sync_rate: *x
-`, `7: namespaces[0].sync_rate: "500us": must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only`},
+`, `7: namespaces[0].sync_rate: "500us": a periodic sync rate (> 0) must be at least 1ms`},
 		{"a field whose value is on the next line", `
 namespaces:
   - name: a

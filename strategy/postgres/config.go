@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -121,7 +122,7 @@ func (c Config) validate() error {
 	if ident("LaneTable", "lane_table", c.LaneTable, maxIdent) && tableOK {
 		for _, taken := range []string{c.Table, c.Table + versionSuffix, c.Table + checkSuffix} {
 			if c.LaneTable == taken {
-				bad("LaneTable", "lane_table", c.LaneTable, fmt.Sprintf("must differ from Table %q and the names derived from it (%q, %q)", c.Table, c.Table+versionSuffix, c.Table+checkSuffix))
+				bad("LaneTable", "lane_table", c.LaneTable, fmt.Sprintf("must differ from the table name %q and the names derived from it (%q, %q)", c.Table, c.Table+versionSuffix, c.Table+checkSuffix))
 			}
 		}
 	}
@@ -130,7 +131,7 @@ func (c Config) validate() error {
 	}
 	switch {
 	case c.LaneTTL < 0:
-		bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be > 0 (0 means %v)", DefaultLaneTTL))
+		bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be > 0 (0 means %s)", short(DefaultLaneTTL)))
 	case c.LaneTTL%time.Millisecond != 0:
 		bad("LaneTTL", "lane_ttl", c.LaneTTL, "must be a whole number of milliseconds")
 	}
@@ -151,4 +152,16 @@ func (c Config) names() names {
 		versions: q(c.Table + versionSuffix),
 		check:    q(c.Table + checkSuffix),
 	}
+}
+
+// short formats d as configuration files write it: 24h, not 24h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

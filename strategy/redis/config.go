@@ -109,13 +109,13 @@ func (c Config) Validate() error {
 		bad("Shards", "shards", c.Shards, fmt.Sprintf("must be 0 (default %d) or 1 to %d", DefaultShards, MaxShards))
 	}
 	if c.TTLMargin != 0 && c.TTLMargin < time.Millisecond {
-		bad("TTLMargin", "ttl_margin", c.TTLMargin, fmt.Sprintf("must be 0 (default %v) or at least 1ms", DefaultTTLMargin))
+		bad("TTLMargin", "ttl_margin", c.TTLMargin, fmt.Sprintf("must be 0 (default %s) or at least 1ms", short(DefaultTTLMargin)))
 	}
 	if c.LaneTTL != 0 && c.LaneTTL < time.Second {
-		bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be 0 (default %v) or at least 1s", DefaultLaneTTL))
+		bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be 0 (default %s) or at least 1s", short(DefaultLaneTTL)))
 	}
 	if c.Timeout < 0 {
-		bad("Timeout", "timeout", c.Timeout, fmt.Sprintf("must be 0 (default %v) or positive", DefaultTimeout))
+		bad("Timeout", "timeout", c.Timeout, fmt.Sprintf("must be 0 (default %s) or positive", short(DefaultTimeout)))
 	}
 	if c.ScanThreshold < 0 {
 		bad("ScanThreshold", "scan_threshold", c.ScanThreshold, fmt.Sprintf("must be 0 (default %d) or positive", DefaultScanThreshold))
@@ -154,4 +154,16 @@ func (c Config) withDefaults() (Config, error) {
 		c.FieldsPerCommand = DefaultFieldsPerCommand
 	}
 	return c, nil
+}
+
+// short formats d as configuration files write it: 24h, not 24h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
