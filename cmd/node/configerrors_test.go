@@ -432,3 +432,25 @@ func TestListenFlagsClash(t *testing.T) {
 		})
 	}
 }
+
+// faultLine parses a large file a few times, not once per line: a fault
+// deep in 5500 lines is found.
+func TestFaultLineInALargeFile(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("policies:\n  - name: p\n    limits:\n")
+	for range 5500 {
+		b.WriteString("      - {limit: 1, window: 1s}\n")
+	}
+	b.WriteString("     bad: 1\n")
+	for range 100 {
+		b.WriteString("      - {limit: 1, window: 1s}\n")
+	}
+	data := []byte(b.String())
+	if len(data) > 256<<10 {
+		t.Fatalf("the file is %d bytes: keep it within maxFaultSearch", len(data))
+	}
+	_, err := parseConfig("node.yaml", data, envOf(nil))
+	if err == nil || !strings.HasPrefix(err.Error(), "node.yaml:5504: invalid YAML:") {
+		t.Errorf("err = %v, want node.yaml:5504: invalid YAML: ...", err)
+	}
+}

@@ -111,30 +111,56 @@ func (s *source) syntaxError(data []byte, err error) error {
 		return fmt.Errorf("%s: invalid YAML: %w", s.file, err)
 	}
 	line, _ := strconv.Atoi(m[1])
-	if bytes.Count(data, []byte("\n")) < maxFaultSearch {
+	if len(data) <= maxFaultSearch {
 		line = faultLine(data)
 	}
 	return fmt.Errorf("%s:%d: invalid YAML: %s", s.file, line, err.Error()[len(m[0]):])
 }
 
-// maxFaultSearch bounds the lines faultLine re-parses: the work grows with
-// their square.
-const maxFaultSearch = 5000
+// maxFaultSearch bounds the bytes faultLine re-parses: it parses the
+// file O(log lines) times.
+const maxFaultSearch = 256 << 10
+
+// faultLook is how many lines faultLine looks past a prefix that does not
+// parse for a longer one that does: a flow collection over several lines
+// does not parse until it closes.
+const faultLook = 20
 
 // faultLine returns the line of the syntax error in data: the first line
-// after the longest run of leading lines that parses.
+// after the longest run of leading lines that parses, found by binary
+// search.
 func faultLine(data []byte) int {
 	lines := bytes.SplitAfter(data, []byte("\n"))
 	if len(lines[len(lines)-1]) == 0 {
 		lines = lines[:len(lines)-1]
 	}
-	for k := len(lines) - 1; k > 0; k-- {
+	parses := func(k int) bool {
 		var n yaml.Node
-		if yaml.Unmarshal(bytes.Join(lines[:k], nil), &n) == nil {
-			return k + 1
-		}
+		return yaml.Unmarshal(bytes.Join(lines[:k], nil), &n) == nil
 	}
-	return 1
+	lo, end := 0, len(lines) // lines[:lo] parses; lines[:end] does not
+	for {
+		hi := end
+		for lo+1 < hi { // lines[:hi] does not parse
+			mid := lo + (hi-lo)/2
+			if parses(mid) {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		next := 0
+		for k := hi + 1; k < min(hi+faultLook, end); k++ {
+			if parses(k) {
+				next = k
+				break
+			}
+		}
+		if next == 0 {
+			return hi
+		}
+		lo = next
+	}
 }
 
 // set reports whether the file gives the field at path a value.
