@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -40,5 +41,20 @@ func TestPolicyValidate(t *testing.T) {
 	}
 	if err := (Policy{Limits: ok, Cost: 10}).Validate(local); err != nil {
 		t.Errorf("valid policy: %v", err)
+	}
+}
+
+func TestPolicyValidateReportsEveryField(t *testing.T) {
+	local := namespace.Config{Name: "n", SyncRate: namespace.LocalOnly, WindowSizes: []time.Duration{time.Second}}
+	p := Policy{Cost: -1, StoreDown: StoreDownDeny, Limits: []ratelimiting.Limit{{Limit: 0, Window: time.Second}, {Limit: 1, Window: time.Minute}}}
+	var keys []string
+	for _, e := range p.Validate(local).(interface{ Unwrap() []error }).Unwrap() {
+		var pe *PolicyError
+		if errors.As(e, &pe) {
+			keys = append(keys, pe.Key)
+		}
+	}
+	if got := fmt.Sprint(keys); got != "[cost on_store_down limits[0].limit limits[1].window]" {
+		t.Errorf("fields = %s", got)
 	}
 }

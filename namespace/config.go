@@ -4,6 +4,7 @@
 package namespace
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -28,6 +29,11 @@ const (
 // MinSyncRate is the shortest periodic sync interval accepted.
 const MinSyncRate = time.Millisecond
 
+// MaxWindowSize is the longest window size accepted: 100 years. Window
+// arithmetic reaches twice a window past now, in nanoseconds; with this
+// bound it stays far inside an int64.
+const MaxWindowSize = 876000 * time.Hour
+
 // Config is one namespace's configuration: where its counters live, how
 // often they sync, with which store, and which window sizes it keeps.
 //
@@ -38,7 +44,7 @@ type Config struct {
 	Dict        string            // shm dict the counters live in; namespaces may share one ("default" when empty)
 	SyncRate    time.Duration     // > 0 periodic, 0 synchronous, < 0 local only
 	Strategy    strategy.Strategy // required unless SyncRate < 0
-	WindowSizes []time.Duration   // window sizes this namespace syncs; whole milliseconds, > 0
+	WindowSizes []time.Duration   // window sizes this namespace syncs; whole milliseconds, > 0, at most MaxWindowSize
 	// NearLimit (periodic namespaces whose Strategy implements
 	// strategy.Checker) decides a request in the store, atomically with its
 	// count, when a key's rate is within reach of a limit: within twice what
@@ -70,55 +76,68 @@ func (e *FieldError) Error() string {
 // Local reports whether the namespace never syncs.
 func (c Config) Local() bool { return c.SyncRate < 0 }
 
-// Validate reports the first invalid field of c as a *FieldError, or nil.
+// Validate reports every invalid field of c, each a *FieldError, joined
+// with errors.Join (errors.As finds the first), or nil.
 // Duplicate window sizes are valid: Normalize keeps one of each.
 func (c Config) Validate() error {
 	name := c.Name
 	if name == "" {
 		name = DefaultName
 	}
-	bad := func(field, key, value, allowed string) error {
-		return &FieldError{Namespace: name, Field: field, Key: key, Value: value, Allowed: allowed}
+	var errs []error
+	bad := func(field, key, value, allowed string) {
+		errs = append(errs, &FieldError{Namespace: name, Field: field, Key: key, Value: value, Allowed: allowed})
 	}
 	switch {
 	case strings.Contains(c.Name, "|"):
-		return bad("Name", "name", fmt.Sprintf("%q", c.Name), "must not contain '|'")
+		bad("Name", "name", fmt.Sprintf("%q", c.Name), "must not contain '|'")
 	case !utf8.ValidString(c.Name) || strings.ContainsRune(c.Name, 0):
-		return bad("Name", "name", fmt.Sprintf("%q", c.Name), "must be valid UTF-8 without NUL (stores keep it as text)")
-	case strings.Contains(c.Dict, "|"):
-		return bad("Dict", "dict", fmt.Sprintf("%q", c.Dict), "must not contain '|'")
+		bad("Name", "name", fmt.Sprintf("%q", c.Name), "must be valid UTF-8 without NUL (stores keep it as text)")
+	}
+	if strings.Contains(c.Dict, "|") {
+		bad("Dict", "dict", fmt.Sprintf("%q", c.Dict), "must not contain '|'")
+	}
+	switch {
 	case c.SyncRate > 0 && c.SyncRate < MinSyncRate:
-		return bad("SyncRate", "sync_rate", c.SyncRate.String(), "must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only")
+		bad("SyncRate", "sync_rate", c.SyncRate.String(), "a periodic sync rate (> 0) must be at least 1ms")
 	case c.SyncRate >= 0 && c.Strategy == nil:
-		return bad("Strategy", "strategy", "nil", fmt.Sprintf("a strategy is required with SyncRate %v (>= 0); use a negative SyncRate for local-only counting", c.SyncRate))
-	case len(c.WindowSizes) == 0:
-		return bad("WindowSizes", "window_sizes", "[]", "at least one window size is required")
-	case c.DictCapacity < 0:
-		return bad("DictCapacity", "dict_capacity", fmt.Sprint(c.DictCapacity), "must be >= 0 (0 keeps the dict's bound)")
+		bad("Strategy", "strategy", "nil", fmt.Sprintf("a strategy is required with sync rate %v (>= 0); a negative sync rate counts locally only", c.SyncRate))
+	}
+	if len(c.WindowSizes) == 0 {
+		bad("WindowSizes", "window_sizes", "[]", "at least one window size is required")
+	}
+	if c.DictCapacity < 0 {
+		bad("DictCapacity", "dict_capacity", fmt.Sprint(c.DictCapacity), "must be >= 0 (0 keeps the dict's bound)")
 	}
 	for i, s := range c.WindowSizes {
-		if s <= 0 || s%time.Millisecond != 0 {
-			return bad(fmt.Sprintf("WindowSizes[%d]", i), fmt.Sprintf("window_sizes[%d]", i), s.String(), "must be > 0 and a whole number of milliseconds")
+		switch {
+		case s <= 0 || s%time.Millisecond != 0:
+			bad(fmt.Sprintf("WindowSizes[%d]", i), fmt.Sprintf("window_sizes[%d]", i), s.String(), "must be > 0 and a whole number of milliseconds")
+		case s > MaxWindowSize:
+			bad(fmt.Sprintf("WindowSizes[%d]", i), fmt.Sprintf("window_sizes[%d]", i), s.String(), "must be at most 876000h (100 years)")
 		}
 	}
-	return c.validateNearLimit(bad)
+	c.validateNearLimit(bad)
+	return errors.Join(errs...)
 }
 
 // validateNearLimit checks NearLimit against the sync mode and the store.
-func (c Config) validateNearLimit(bad func(field, key, value, allowed string) error) error {
+func (c Config) validateNearLimit(bad func(field, key, value, allowed string)) {
 	if !c.NearLimit {
-		return nil
+		return
 	}
 	switch {
 	case c.SyncRate < 0:
-		return bad("NearLimit", "near_limit", "true", "needs a periodic SyncRate (> 0) and a store; this namespace is local only, and local namespaces never ask the store")
+		bad("NearLimit", "near_limit", "true", "needs a periodic sync rate (sync_rate, SyncRate > 0) and a store; this namespace is local only, and local namespaces never ask the store")
 	case c.SyncRate == 0:
-		return bad("NearLimit", "near_limit", "true", "needs a periodic SyncRate (> 0); this namespace is synchronous, and synchronous namespaces always decide in the store")
+		bad("NearLimit", "near_limit", "true", "needs a periodic sync rate (sync_rate, SyncRate > 0); this namespace is synchronous, and synchronous namespaces always decide in the store")
+	case c.Strategy == nil:
+		// reported above
+	default:
+		if _, ok := c.Strategy.(strategy.Checker); !ok {
+			bad("NearLimit", "near_limit", "true", fmt.Sprintf("needs a strategy that decides in the store (strategy.Checker); %T does not", c.Strategy))
+		}
 	}
-	if _, ok := c.Strategy.(strategy.Checker); !ok {
-		return bad("NearLimit", "near_limit", "true", fmt.Sprintf("needs a Strategy that implements strategy.Checker; %T does not", c.Strategy))
-	}
-	return nil
 }
 
 // Normalize returns c with defaults applied (Name, Dict) and its window

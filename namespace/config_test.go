@@ -27,14 +27,15 @@ func TestValidate(t *testing.T) {
 		{"name not UTF-8", func(c *namespace.Config) { c.Name = "a\xffb" }, "Name", `"a\xffb"`, "valid UTF-8 without NUL"},
 		{"dict with a pipe", func(c *namespace.Config) { c.Dict = "d|x" }, "Dict", `"d|x"`, "must not contain '|'"},
 		{"periodic without strategy", func(c *namespace.Config) { c.Strategy = nil }, "Strategy", "nil", "strategy is required"},
-		{"synchronous without strategy", func(c *namespace.Config) { c.SyncRate, c.Strategy = 0, nil }, "Strategy", "nil", "SyncRate 0s"},
+		{"synchronous without strategy", func(c *namespace.Config) { c.SyncRate, c.Strategy = 0, nil }, "Strategy", "nil", "sync rate 0s"},
 		{"sync rate below a millisecond", func(c *namespace.Config) { c.SyncRate = time.Microsecond }, "SyncRate", "1µs", "at least 1ms"},
 		{"no window sizes", func(c *namespace.Config) { c.WindowSizes = nil }, "WindowSizes", "[]", "at least one"},
 		{"zero window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{time.Second, 0} }, "WindowSizes[1]", "0s", "> 0"},
 		{"negative window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{-time.Second} }, "WindowSizes[0]", "-1s", "> 0"},
 		{"fractional millisecond window", func(c *namespace.Config) { c.WindowSizes = []time.Duration{1500 * time.Microsecond} }, "WindowSizes[0]", "1.5ms", "whole number of milliseconds"},
+		{"window over 100 years", func(c *namespace.Config) { c.WindowSizes = []time.Duration{2562047 * time.Hour} }, "WindowSizes[0]", "2562047h", "at most 876000h"},
 		{"negative dict capacity", func(c *namespace.Config) { c.DictCapacity = -5 }, "DictCapacity", "-5", ">= 0"},
-		{"near limit on a synchronous namespace", func(c *namespace.Config) { c.SyncRate, c.NearLimit = 0, true }, "NearLimit", "true", "periodic SyncRate"},
+		{"near limit on a synchronous namespace", func(c *namespace.Config) { c.SyncRate, c.NearLimit = 0, true }, "NearLimit", "true", "periodic sync rate (sync_rate, SyncRate > 0)"},
 		{"near limit without a checker", func(c *namespace.Config) { c.Strategy, c.NearLimit = plainStore{store}, true }, "NearLimit", "true", "strategy.Checker"},
 	}
 	for _, tt := range tests {
@@ -79,5 +80,19 @@ func TestNormalize(t *testing.T) {
 	}
 	if want := []time.Duration{time.Second, time.Minute, time.Hour}; !slices.Equal(c.WindowSizes, want) {
 		t.Fatalf("WindowSizes = %v, want %v (sorted, duplicates removed)", c.WindowSizes, want)
+	}
+}
+
+func TestValidateReportsEveryField(t *testing.T) {
+	c := namespace.Config{Dict: "x|y", SyncRate: 500 * time.Microsecond, DictCapacity: -1, WindowSizes: []time.Duration{0, time.Second, -1}}
+	var keys []string
+	for _, e := range c.Validate().(interface{ Unwrap() []error }).Unwrap() {
+		var fe *namespace.FieldError
+		if errors.As(e, &fe) {
+			keys = append(keys, fe.Key)
+		}
+	}
+	if got := strings.Join(keys, " "); got != "dict sync_rate dict_capacity window_sizes[0] window_sizes[2]" {
+		t.Errorf("fields = %s", got)
 	}
 }

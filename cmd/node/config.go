@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -261,6 +262,14 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			cfg.Gateway.Listen = f.gwListen
 		}
 	}
+	if g := cfg.Gateway; g != nil && (f.listen != "" || f.gwListen != "") && sameListen(g.Listen, cfg.Node.Listen) {
+		switch {
+		case f.gwListen != "":
+			errs = append(errs, fmt.Errorf("-gateway-listen %q: must differ from the node's listen address", f.gwListen))
+		default:
+			errs = append(errs, fmt.Errorf("-listen %q: must differ from the gateway's listen address", f.listen))
+		}
+	}
 	if f.logFormat != "" {
 		if !slices.Contains([]string{"text", "json"}, f.logFormat) {
 			errs = append(errs, fmt.Errorf("-log-format %q: must be text or json", f.logFormat))
@@ -277,6 +286,13 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 }
 
 var logLevels = []string{"debug", "info", "warn", "error"}
+
+// sameListen reports whether two listen addresses clash: the same, and
+// not port 0 (any free port).
+func sameListen(a, b string) bool {
+	_, port, _ := net.SplitHostPort(a)
+	return a == b && port != "0"
+}
 
 // parseConfig decodes and validates a config file (data nil: no file) and
 // applies defaults and the environment. Errors name file:line: field.

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -144,11 +146,11 @@ policies:
       - limit: 10
         window: 2m
 `, nil, `test.yaml:6: policies[0].limits[0].window: "2m": must be one of the window sizes of namespace "default": 1s, 1m, 1h`},
-		{"limit zero", "policies:\n  - name: a\n    limits: [{limit: 0, window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: "0": must be > 0`},
+		{"limit zero", "policies:\n  - name: a\n    limits: [{limit: 0, window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: "0": must be a finite number > 0`},
 		{"limit not a number", "policies:\n  - name: a\n    limits: [{limit: lots, window: 1s}]\n", nil, `policies[0].limits[0].limit: "lots": must be a number`},
 		{"limit missing", "policies:\n  - name: a\n    limits: [{window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: required`},
 		{"limit type", "policies:\n  - name: a\n    limits: [{limit: 1, window: 1s, type: leaky}]\n", nil, `policies[0].limits[0].type: "leaky": must be one of sliding, fixed`},
-		{"no limits", "policies:\n  - name: a\n", nil, `test.yaml:2: policies[0].limits: required`},
+		{"no limits", "policies:\n  - name: a\n", nil, `test.yaml:2: policies[0].limits: "[]": at least one limit is required`},
 		{"too many limits", "policies:\n  - name: a\n    limits: [" + strings.Repeat("{limit: 1, window: 1s},", 17) + "]\n", nil, `policies[0].limits: 17 limits: at most 16`},
 		{"cost above a limit", "policies:\n  - name: a\n    cost: 5\n    limits: [{limit: 2, window: 1s}]\n", nil, `test.yaml:3: policies[0].cost: "5": must be at most limits[0].limit (2)`},
 		{"unknown namespace", "policies:\n  - name: a\n    namespace: nope\n    limits: [{limit: 1, window: 1s}]\n", nil, `test.yaml:3: policies[0].namespace: "nope": no such namespace (namespaces: default)`},
@@ -168,8 +170,8 @@ policies:
 		{"duplicate namespace", "namespaces:\n  - name: x\n  - name: x\n", nil, `test.yaml:3: namespaces[1].name: "x": another namespace has this name`},
 		{"window size zero", "namespaces:\n  - name: x\n    window_sizes: [0s]\n", nil, `test.yaml:3: namespaces[0].window_sizes[0]: "0s": must be > 0`},
 		{"window size twice", "namespaces:\n  - name: x\n    window_sizes: [1s, 1s]\n", nil, `namespaces[0].window_sizes[1]: "1s": listed twice`},
-		{"near_limit on local", "namespaces:\n  - name: x\n    near_limit: true\n", nil, `test.yaml:3: namespaces[0].near_limit: "true": needs a periodic SyncRate (> 0) and a store`},
-		{"near_limit synchronous", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: 0\n    near_limit: true\n", nil, `test.yaml:5: namespaces[0].near_limit: "true": needs a periodic SyncRate (> 0)`},
+		{"near_limit on local", "namespaces:\n  - name: x\n    near_limit: true\n", nil, `test.yaml:3: namespaces[0].near_limit: "true": needs a periodic sync rate (sync_rate, SyncRate > 0) and a store`},
+		{"near_limit synchronous", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: 0\n    near_limit: true\n", nil, `test.yaml:5: namespaces[0].near_limit: "true": needs a periodic sync rate (sync_rate, SyncRate > 0)`},
 		{"dict capacity", "namespaces:\n  - name: x\n    dict_capacity: -5\n", nil, `test.yaml:3: namespaces[0].dict_capacity: "-5": must be >= 0`},
 		{"pipe in name", "namespaces:\n  - name: a|b\n", nil, `namespaces[0].name: "a|b": must not contain '|'`},
 		{"postgres table", "namespaces:\n  - name: x\n    strategy: postgres\n    url: postgres://h/db\n    postgres: {table: Counters}\n", nil, `test.yaml:5: namespaces[0].postgres.table: "Counters": must match ^[a-z_][a-z0-9_]*$ and be at most 52 bytes`},
@@ -179,7 +181,7 @@ policies:
 		{"body limit", "node:\n  max_body_bytes: 10\n", nil, `node.max_body_bytes: "10": must be at least 256`},
 		{"header family", "headers:\n  families: [draft-03]\n", nil, `headers.families[0]: "draft-03": must be one of ratelimit, x-ratelimit`},
 		{"hide not a bool", "headers:\n  hide: maybe\n", nil, `headers.hide: "maybe": must be true or false`},
-		{"gateway without upstream", "gateway:\n  listen: 127.0.0.1:1\n", nil, `test.yaml:2: gateway.upstream: required`},
+		{"gateway without upstream", "gateway:\n  listen: 127.0.0.1:1\n", nil, `test.yaml:1: gateway.upstream: required`},
 		{"gateway upstream", "gateway:\n  upstream: ftp://x\n", nil, `gateway.upstream: "ftp://x": must be an http:// or https:// URL`},
 		{"trusted proxy", "gateway:\n  upstream: http://x\n  trusted_proxies: [10.0.0.0/33]\n", nil, `gateway.trusted_proxies[0]: "10.0.0.0/33": must be an IP address or a CIDR`},
 		{"route without slash", "gateway:\n  upstream: http://x\n  routes: [{path: api, policy: p}]\n", nil, `gateway.routes[0].path: "api": must start with /`},
@@ -220,6 +222,13 @@ func TestMaskURL(t *testing.T) {
 		{"host=db user=app password=hunter2 dbname=x", "host=db user=app password=xxxxx dbname=x"},
 		{"host=db password='a b' dbname=x", "host=db password=xxxxx dbname=x"},
 		{"postgres://u:pw@h:notaport/db", "postgres://u:xxxxx@h:notaport/db"},
+		{"postgres://u:p@ss@h:notaport/db", "xxxxx@h:notaport/db"},
+		{"//u:pw1LEAK@h:6379", "xxxxx@h:6379"},
+		{"redis:/u:pw@h", "xxxxx@h"},
+		{"u:pw@h:6379", "xxxxx@h:6379"},
+		{"postgresql:/u:pw@h/db", "xxxxx@h/db"},
+		{"redis://h:6379/u:pw@x", "xxxxx@x"},
+		{"user=u password=p@ss host=h", "user=u password=xxxxx host=h"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -287,5 +296,37 @@ policies:
 		if !strings.Contains(out, want) {
 			t.Errorf("effective config lacks %s:\n%s", want, out)
 		}
+	}
+}
+
+// A password in a URL of an unexpected shape never reaches an error or
+// the log.
+func TestMalformedURLsDoNotLeak(t *testing.T) {
+	tests := []struct{ name, yaml, env string }{
+		{"no scheme", "namespaces:\n  - {name: a, strategy: redis, url: \"//u:pw1LEAK@h:6379\"}\n", ""},
+		{"one slash", "namespaces:\n  - {name: a, strategy: redis, url: \"redis:/u:pw1LEAK@h\"}\n", ""},
+		{"user as scheme", "namespaces:\n  - {name: a, strategy: redis, url: \"u:pw1LEAK@h:6379\"}\n", ""},
+		{"postgres one slash", "namespaces:\n  - {name: a, strategy: postgres, url: \"postgresql:/u:pw1LEAK@h/db\"}\n", ""},
+		{"gateway upstream", "gateway: {upstream: \"//u:pw1LEAK@h:80\"}\n", ""},
+		{"from the environment", "namespaces:\n  - {name: a, strategy: redis}\n", "//u:pw1LEAK@h:6379"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "node.yaml")
+			if err := os.WriteFile(file, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			env := []string{EnvRedisURL + "=" + tt.env}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			var logs bytes.Buffer
+			err := runWithLog(ctx, []string{"-config", file, "-listen", "127.0.0.1:0"}, env, &logs)
+			if err == nil {
+				t.Fatalf("accepted; log:\n%s", &logs)
+			}
+			if out := err.Error() + logs.String(); strings.Contains(out, "pw1LEAK") {
+				t.Errorf("the password leaks:\n%s", out)
+			}
+		})
 	}
 }

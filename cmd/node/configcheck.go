@@ -32,7 +32,7 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	if len(c.Namespaces) == 0 {
 		c.Namespaces = []NamespaceConfig{{Name: "default"}}
 	}
-	capacity := map[string]int{} // of each dict: the last capacity set wins
+	capacity := map[string]int{} // of each dict: validate refuses two different ones
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		ns.applyDefaults(getenv, func(field string) bool { return set(fmt.Sprintf("namespaces[%d].%s", i, field)) })
@@ -140,6 +140,7 @@ func (s *source) validate(c *Config) error {
 		}
 		nss[ns.Name] = s.checkNamespace(path, ns)
 	}
+	s.checkDictCapacities(c.Namespaces)
 	var consumer string
 	if c.Gateway != nil {
 		consumer = c.Gateway.ConsumerHeader
@@ -163,6 +164,27 @@ func (s *source) validate(c *Config) error {
 		}
 	}
 	return errors.Join(s.errs...)
+}
+
+// checkDictCapacities refuses two namespaces on one dict that set
+// different capacities: a dict has one, and each namespace shows it.
+func (s *source) checkDictCapacities(nss []NamespaceConfig) {
+	first := map[string]int{} // dict: index of the first namespace setting its capacity
+	for i, ns := range nss {
+		path := fmt.Sprintf("namespaces[%d].dict_capacity", i)
+		if !s.set(path) || ns.DictCapacity <= 0 {
+			continue
+		}
+		j, ok := first[ns.Dict]
+		if !ok {
+			first[ns.Dict] = i
+			continue
+		}
+		if other := nss[j]; other.DictCapacity != ns.DictCapacity {
+			s.bad(path, "", fmt.Sprintf("namespace %q (line %d) sets dict %q to %d; namespaces on one dict must set the same capacity, or leave it out",
+				other.Name, s.line(fmt.Sprintf("namespaces[%d].dict_capacity", j)), ns.Dict, other.DictCapacity))
+		}
+	}
 }
 
 func (s *source) checkNode(n *NodeConfig) {
@@ -208,17 +230,39 @@ func (s *source) checkNamespace(path string, ns *NamespaceConfig) namespace.Conf
 	if ns.Strategy != StrategyLocal {
 		nc.Strategy = storeInConfig{}
 	}
-	var fe *namespace.FieldError
-	if err := nc.Validate(); errors.As(err, &fe) {
-		s.bad(field(fe.Key), fe.Value, fe.Allowed)
+	for _, err := range joined(nc.Validate()) {
+		var fe *namespace.FieldError
+		if errors.As(err, &fe) {
+			s.libError(field(fe.Key), fe.Value, fe.Allowed)
+		}
 	}
 	if ns.Strategy == StrategyRedis || ns.Strategy == StrategyPostgres {
-		if err := checkStoreOptions(ns); err != nil {
-			s.bad(field(err.key), err.value, err.allowed)
+		for _, err := range checkStoreOptions(ns) {
+			s.libError(field(err.key), err.value, err.allowed)
 		}
 		s.checkStoreURL(field("url"), ns)
 	}
 	return nc
+}
+
+// joined returns the errors that err joins (errors.Join), or err alone.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// libError records an error a library package's Validate found about the
+// field at path, unless the node already reported one about it (a missing
+// limit is "required", not "0: must be > 0").
+func (s *source) libError(path, value, allowed string) {
+	if !s.reported[path] {
+		s.bad(path, value, allowed)
+	}
 }
 
 // checkStrategy checks the fields that depend on the namespace's
@@ -281,25 +325,25 @@ func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namesp
 	if p.Name == "" {
 		s.report(field("name"), "required")
 	}
-	switch {
-	case !s.set(field("limits")):
-		s.report(field("limits"), "required: at least one {limit, window}")
-	case len(p.Limits) > MaxLimits:
+	if len(p.Limits) > MaxLimits {
 		s.report(field("limits"), fmt.Sprintf("%d limits: at most %d", len(p.Limits), MaxLimits))
 	}
-	ok := s.checkNumber(field("cost"), p.Cost)
+	switch {
+	case s.set(field("cost")) && p.Cost == 0:
+		s.bad(field("cost"), "0", "must be > 0 (leave it out for 1)")
+	case p.Cost > maxNumber:
+		s.bad(field("cost"), formatNumber(p.Cost), fmt.Sprintf("must be at most %g", float64(maxNumber)))
+	}
 	for j, l := range p.Limits {
 		lim := fmt.Sprintf("%s.limits[%d]", path, j)
 		switch {
 		case !s.set(lim + ".limit"):
 			s.report(lim+".limit", "required: hits allowed per window, > 0")
-			ok = false
-		case !s.checkNumber(lim+".limit", l.Limit):
-			ok = false
+		case l.Limit > maxNumber:
+			s.bad(lim+".limit", formatNumber(l.Limit), fmt.Sprintf("must be at most %g", float64(maxNumber)))
 		}
 		if !s.set(lim + ".window") {
 			s.report(lim+".window", "required: a duration like 1s, 1m, 1h")
-			ok = false
 		}
 	}
 	opts := middleware.KeyOptions{ConsumerHeader: consumer}
@@ -311,19 +355,12 @@ func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namesp
 		s.reportValue(field("namespace"), p.Namespace, "no such namespace (namespaces: "+known+")")
 		return
 	}
-	var pe *middleware.PolicyError
-	if err := p.policy(nil).Validate(ns); ok && errors.As(err, &pe) {
-		s.bad(field(pe.Key), pe.Value, pe.Allowed)
+	for _, err := range joined(p.policy(nil).Validate(ns)) {
+		var pe *middleware.PolicyError
+		if errors.As(err, &pe) {
+			s.libError(field(pe.Key), pe.Value, pe.Allowed)
+		}
 	}
-}
-
-// checkNumber checks a limit or a cost: the numbers the node's API accepts.
-func (s *source) checkNumber(path string, v float64) bool {
-	if v <= 0 || v > maxNumber {
-		s.bad(path, formatNumber(v), fmt.Sprintf("must be > 0 and at most %g", float64(maxNumber)))
-		return false
-	}
-	return true
 }
 
 // policy returns the middleware.Policy of p, selecting keys with key.
@@ -354,7 +391,7 @@ func (s *source) checkGateway(g *GatewayConfig, nodeListen string) {
 	}
 	if err := checkHostPort(g.Listen); err != nil {
 		s.reportValue("gateway.listen", g.Listen, err.Error())
-	} else if g.Listen == nodeListen {
+	} else if sameListen(g.Listen, nodeListen) {
 		s.reportValue("gateway.listen", g.Listen, "must differ from node.listen")
 	}
 	for _, f := range []struct {

@@ -3,9 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Every configuration error is reported, with the line of the field at
@@ -27,7 +32,7 @@ namespaces:
   - name: api
     strategy: memory
     sync_rate: 500us
-`, `5: namespaces[0].sync_rate: "500us": must be at least 1ms when periodic (> 0), 0 for synchronous, or < 0 for local only`},
+`, `5: namespaces[0].sync_rate: "500us": a periodic sync rate (> 0) must be at least 1ms`},
 		{"window size not whole milliseconds", `
 namespaces:
   - name: api
@@ -51,7 +56,7 @@ namespaces:
     strategy: memory
     sync_rate: 0
     near_limit: true
-`, `6: namespaces[0].near_limit: "true": needs a periodic SyncRate (> 0); this namespace is synchronous, and synchronous namespaces always decide in the store`},
+`, `6: namespaces[0].near_limit: "true": needs a periodic sync rate (sync_rate, SyncRate > 0); this namespace is synchronous, and synchronous namespaces always decide in the store`},
 		{"unknown top-level field", `
 node:
   id: a
@@ -93,7 +98,7 @@ namespaces:
     strategy: redis
     url: redis://127.0.0.1:1/0
     redis: {lane_ttl: 1ms}
-`, `6: namespaces[0].redis.lane_ttl: "1ms": must be 0 (default 24h0m0s) or at least 1s`},
+`, `6: namespaces[0].redis.lane_ttl: "1ms": must be 0 (default 24h) or at least 1s`},
 		{"bad redis url", `
 namespaces:
   - name: api
@@ -151,6 +156,138 @@ policies:
     limits: [{limit: 2, window: 1s}]
     namespace: nope
 `, `5: policies[0].namespace: "nope": no such namespace (namespaces: default)`},
+		{"null list item", `
+namespaces:
+  - ~
+  - name: a
+    strategy: memory
+    sync_rate: 0
+`, `3: namespaces[0]: must not be empty`},
+		{"null window size", `
+namespaces:
+  - name: a
+    window_sizes: [1s, null, 1m]
+`, `4: namespaces[0].window_sizes[1]: must not be empty`},
+		{"explicit tag on a secret", `
+node:
+  admin_token: !!int s3cretTOK1
+`, `3: node.admin_token: the tag !!int does not fit: must be a string`},
+		{"explicit tag on a url", `
+namespaces:
+  - name: a
+    strategy: redis
+    url: !!timestamp "redis://:pw@h:1"
+`, `5: namespaces[0].url: the tag !!timestamp does not fit: must be a string`},
+		{"explicit bool tag on a value the decoder refuses", `
+headers:
+  hide: !!bool yes
+`, `3: headers.hide: cannot be read as true or false`},
+		{"explicit tag on a duration", `
+namespaces:
+  - name: a
+    strategy: memory
+    sync_rate: !!float 1
+`, `5: namespaces[0].sync_rate: the tag !!float does not fit: must be a duration like 1s, 1m, 1h`},
+		{"every namespace error", `
+namespaces:
+  - name: api
+    strategy: memory
+    sync_rate: 500us
+    dict: "x|y"
+    dict_capacity: -1
+`, `6: namespaces[0].dict: "x|y": must not contain '|'
+FILE:5: namespaces[0].sync_rate: "500us": a periodic sync rate (> 0) must be at least 1ms
+FILE:7: namespaces[0].dict_capacity: "-1": must be >= 0 (0 keeps the dict's bound)`},
+		{"every redis option error", `
+namespaces:
+  - name: api
+    strategy: redis
+    url: redis://127.0.0.1:1/0
+    redis:
+      prefix: "{x}"
+      shards: -1
+      ttl_margin: -1s
+`, `7: namespaces[0].redis.prefix: "{x}": must not contain '{' or '}' (they delimit Cluster hash tags)
+FILE:8: namespaces[0].redis.shards: "-1": must be 0 (default 16) or 1 to 1024
+FILE:9: namespaces[0].redis.ttl_margin: "-1s": must be 0 (default 5s) or at least 1ms`},
+		{"every postgres option error", `
+namespaces:
+  - name: api
+    strategy: postgres
+    url: postgres://u@127.0.0.1:1/db
+    postgres:
+      purge_batch: -1
+      lane_ttl: -1s
+`, `7: namespaces[0].postgres.purge_batch: "-1": must be > 0 (0 means 1000)
+FILE:8: namespaces[0].postgres.lane_ttl: "-1s": must be > 0 (0 means 24h)`},
+		{"a bad cost and a bad window", `
+policies:
+  - name: api
+    cost: -1
+    limits: [{limit: 2, window: 2s}]
+`, `4: policies[0].cost: "-1": must be a finite number > 0
+FILE:5: policies[0].limits[0].window: "2s": must be one of the window sizes of namespace "default": 1s, 1m, 1h`},
+		{"no limits, one error", `
+policies:
+  - name: api
+    limits: ~
+`, `4: policies[0].limits: "[]": at least one limit is required`},
+		{"a list field's line, not its first item's", `
+policies:
+  - name: p
+    limits:
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+      - {limit: 1, window: 1s}
+`, `4: policies[0].limits: 17 limits: at most 16`},
+		{"an alias's line, not its anchor's", `
+node:
+  shutdown_timeout: &x 500us
+namespaces:
+  - name: a
+    strategy: memory
+    sync_rate: *x
+`, `7: namespaces[0].sync_rate: "500us": a periodic sync rate (> 0) must be at least 1ms`},
+		{"a field whose value is on the next line", `
+namespaces:
+  - name: a
+    strategy: memory
+    sync_rate:
+      fast
+`, `5: namespaces[0].sync_rate: "fast": must be a duration like 1s, 1m, 1h`},
+		{"window size over 100 years", `
+namespaces:
+  - name: api
+    window_sizes: [1s, 2562047h]
+`, `4: namespaces[0].window_sizes[1]: "2562047h": must be at most 876000h (100 years)`},
+		{"a second document", `
+node: {id: x}
+---
+node: {bogus: 1}
+`, `3: a second YAML document: the file must hold one`},
+		{"two capacities for one dict", `
+namespaces:
+  - name: m
+    dict: x
+    dict_capacity: 5
+  - name: m2
+    dict: x
+    dict_capacity: 7
+`, `8: namespaces[1].dict_capacity: "7": namespace "m" (line 5) sets dict "x" to 5; namespaces on one dict must set the same capacity, or leave it out`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a
@@ -180,7 +317,7 @@ policies:
 			}
 			var logs bytes.Buffer
 			err := runWithLog(context.Background(), []string{"-config", file, "-listen", "127.0.0.1:0"}, nil, &logs)
-			if want := file + ":" + tt.want; err == nil || err.Error() != want {
+			if want := file + ":" + strings.ReplaceAll(tt.want, "FILE:", file+":"); err == nil || err.Error() != want {
 				t.Errorf("error:\n%v\nwant:\n%s", err, want)
 			}
 			if logs.Len() > 0 {
@@ -211,5 +348,109 @@ func TestFaultLine(t *testing.T) {
 				t.Errorf("faultLine = %d, want %d", got, tt.want)
 			}
 		})
+	}
+}
+
+// An error of the YAML decoder, should one get past the checks before it,
+// names a line and quotes no value.
+func TestDecodeErrorHasALineAndNoValue(t *testing.T) {
+	var v struct {
+		A int `yaml:"a"`
+	}
+	err := yaml.Unmarshal([]byte("b: 1\na: s3cretTOK1\n"), &v)
+	got := newSource("node.yaml").decodeError(err, 1).Error()
+	if want := "node.yaml:2: cannot unmarshal !!str a value into int"; got != want {
+		t.Errorf("decodeError = %q, want %q", got, want)
+	}
+	got = newSource("node.yaml").decodeError(errors.New("yaml: document contains excessive aliasing"), 1).Error()
+	if want := "node.yaml:1: document contains excessive aliasing"; got != want {
+		t.Errorf("decodeError = %q, want %q", got, want)
+	}
+}
+
+// A file whose aliases expand to a great many values is refused before it
+// is expanded: 3000 window sizes aliased 3000 times.
+func TestAliasBombIsRefused(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("namespaces:\n  - {name: w, window_sizes: &w [")
+	for i := range 3000 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString("1s")
+	}
+	b.WriteString("]}\n")
+	for i := range 3000 {
+		fmt.Fprintf(&b, "  - {name: n%d, window_sizes: *w}\n", i)
+	}
+	_, err := parseConfig("node.yaml", []byte(b.String()), envOf(nil))
+	if err == nil || !strings.Contains(err.Error(), "too many values: the file, aliases expanded, has more than 100000") {
+		t.Errorf("err = %.300v, want too many values", err)
+	}
+}
+
+// Walking stops after maxErrors errors.
+func TestErrorsAreCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("namespaces:\n")
+	for i := range 500 {
+		fmt.Fprintf(&b, "  - {name: n%d, bogus: 1}\n", i)
+	}
+	_, err := parseConfig("node.yaml", []byte(b.String()), envOf(nil))
+	if err == nil || strings.Count(err.Error(), "\n") != maxErrors || !strings.HasSuffix(err.Error(), "more than 100 errors; stopped") {
+		t.Errorf("err = %.300v..., want %d errors and a last line", err, maxErrors)
+	}
+}
+
+// Flags that give both listeners one address are refused before anything
+// starts, like the same in the file.
+func TestListenFlagsClash(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		args       []string
+		want       string
+	}{
+		{"-listen on the gateway's address", "gateway: {upstream: \"http://127.0.0.1:1\", listen: \"127.0.0.1:19101\"}\n",
+			[]string{"-listen", "127.0.0.1:19101"}, `-listen "127.0.0.1:19101": must differ from the gateway's listen address`},
+		{"-gateway-listen on the default node address", "gateway: {upstream: \"http://127.0.0.1:1\"}\n",
+			[]string{"-gateway-listen", DefaultListen}, `-gateway-listen "127.0.0.1:8080": must differ from the node's listen address`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "node.yaml")
+			if err := os.WriteFile(file, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			err := runWithLog(context.Background(), append([]string{"-config", file}, tt.args...), nil, &logs)
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error:\n%v\nwant:\n%s", err, tt.want)
+			}
+			if logs.Len() > 0 {
+				t.Errorf("the node logged before refusing its configuration:\n%s", &logs)
+			}
+		})
+	}
+}
+
+// faultLine parses a large file a few times, not once per line: a fault
+// deep in 5500 lines is found.
+func TestFaultLineInALargeFile(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("policies:\n  - name: p\n    limits:\n")
+	for range 5500 {
+		b.WriteString("      - {limit: 1, window: 1s}\n")
+	}
+	b.WriteString("     bad: 1\n")
+	for range 100 {
+		b.WriteString("      - {limit: 1, window: 1s}\n")
+	}
+	data := []byte(b.String())
+	if len(data) > 256<<10 {
+		t.Fatalf("the file is %d bytes: keep it within maxFaultSearch", len(data))
+	}
+	_, err := parseConfig("node.yaml", data, envOf(nil))
+	if err == nil || !strings.HasPrefix(err.Error(), "node.yaml:5504: invalid YAML:") {
+		t.Errorf("err = %v, want node.yaml:5504: invalid YAML: ...", err)
 	}
 }

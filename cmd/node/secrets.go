@@ -32,19 +32,54 @@ var (
 	dsnPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 	// userPassword is the password of a URL that net/url cannot parse
 	// (a bad port, say): scheme://user:password@
-	userPassword = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:)([^/@]*)@`)
+	userPassword = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://[^/@:]*:([^/@]*)@`)
 )
 
+// userInfoEnd returns the index of the '@' that ends the user info of s,
+// a URL that does not parse, and the bounds of its password (-1 when s
+// has no '@'; p0 < 0 when the password is not a scheme://user:password@
+// one ending at that last '@').
+func userInfoEnd(s string) (at, p0, p1 int) {
+	at, p0, p1 = strings.LastIndexByte(s, '@'), -1, -1
+	if m := userPassword.FindStringSubmatchIndex(s); m != nil && at >= 0 && m[1] == at+1 {
+		p0, p1 = m[2], m[3]
+	}
+	return at, p0, p1
+}
+
+// parseStoreURL parses s when it has the shape of a URL with an
+// authority, scheme://[user[:password]@]host..., with no '@' after it;
+// what does not parse into that shape may hide a password anywhere before
+// its last '@' (//u:pw@h, redis:/u:pw@h, u:pw@h:6379).
+func parseStoreURL(s string) (*url.URL, bool) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme == "" || u.Opaque != "" || !strings.HasPrefix(s[len(u.Scheme)+1:], "//") {
+		return nil, false
+	}
+	if strings.Contains(u.Host, "@") || strings.Contains(u.Path, "@") || strings.Contains(u.Fragment, "@") {
+		return nil, false
+	}
+	return u, true
+}
+
 // maskURL hides the password of a store URL: the user info's, a
-// password= query parameter's, or a key=value DSN's.
+// password= query parameter's, or a key=value DSN's. Of a string that is
+// not a URL of the expected shape, everything before the last '@' is
+// hidden.
 func maskURL(s string) string {
 	if s == "" {
 		return ""
 	}
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" {
-		s = userPassword.ReplaceAllString(s, "${1}xxxxx@")
-		return dsnPassword.ReplaceAllString(s, "${1}xxxxx")
+	u, ok := parseStoreURL(s)
+	if !ok {
+		s = dsnPassword.ReplaceAllString(s, "${1}xxxxx")
+		switch at, p0, p1 := userInfoEnd(s); {
+		case p0 >= 0:
+			s = s[:p0] + "xxxxx" + s[p1:]
+		case at >= 0:
+			s = "xxxxx" + s[at:]
+		}
+		return s
 	}
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
@@ -54,7 +89,7 @@ func maskURL(s string) string {
 	if q := u.Query(); len(q) > 0 {
 		changed := false
 		for k := range q {
-			if lk := strings.ToLower(k); strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") {
+			if secretParam(k) {
 				q.Set(k, "xxxxx")
 				changed = true
 			}
@@ -64,6 +99,12 @@ func maskURL(s string) string {
 		}
 	}
 	return u.String()
+}
+
+// secretParam reports whether a URL query parameter holds a secret.
+func secretParam(k string) bool {
+	lk := strings.ToLower(k)
+	return strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token")
 }
 
 // secretsOf returns the secret strings of c: admin token, store passwords.
@@ -88,30 +129,39 @@ func secretsOf(c Config) []string {
 	return out
 }
 
-// urlSecrets returns the passwords a store URL carries.
+// urlSecrets returns the passwords a store URL carries. Of a string that
+// is not a URL of the expected shape, what comes before its last '@' is a
+// secret, and so is the part of it after its last ':'.
 func urlSecrets(s string) []string {
 	var out []string
-	if u, err := url.Parse(s); err == nil && u.Scheme != "" {
-		if u.User != nil {
-			if p, ok := u.User.Password(); ok {
-				out = append(out, p)
-				if e := url.QueryEscape(p); e != p {
-					out = append(out, e)
-				}
+	u, ok := parseStoreURL(s)
+	if !ok {
+		switch at, p0, p1 := userInfoEnd(s); {
+		case p0 >= 0:
+			out = append(out, s[p0:p1])
+		case at > 0:
+			out = append(out, s[:at])
+			if j := strings.LastIndexByte(s[:at], ':'); j >= 0 && j+1 < at {
+				out = append(out, s[j+1:at])
 			}
 		}
-		for k, vs := range u.Query() {
-			if lk := strings.ToLower(k); strings.Contains(lk, "pass") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") {
-				out = append(out, vs...)
-			}
+		for _, m := range dsnPassword.FindAllStringSubmatch(s, -1) {
+			out = append(out, strings.Trim(m[2], "'"))
 		}
 		return out
 	}
-	if m := userPassword.FindStringSubmatch(s); m != nil {
-		out = append(out, m[2])
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			out = append(out, p)
+			if e := url.QueryEscape(p); e != p {
+				out = append(out, e)
+			}
+		}
 	}
-	for _, m := range dsnPassword.FindAllStringSubmatch(s, -1) {
-		out = append(out, strings.Trim(m[2], "'"))
+	for k, vs := range u.Query() {
+		if secretParam(k) {
+			out = append(out, vs...)
+		}
 	}
 	return out
 }

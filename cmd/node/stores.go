@@ -75,20 +75,28 @@ type optionError struct{ key, value, allowed string }
 
 // checkStoreOptions validates the store options of a namespace with the
 // store's own Config.Validate.
-func checkStoreOptions(ns *NamespaceConfig) *optionError {
-	var (
-		rerr *redis.FieldError
-		perr *postgres.FieldError
-	)
-	switch {
-	case ns.Redis != nil && errors.As(redisConfig(ns.Redis).Validate(), &rerr):
-		return &optionError{key: "redis." + rerr.Key, value: rerr.Value, allowed: rerr.Allowed}
-	case ns.Postgres != nil && errors.As(postgresConfig(ns.Postgres).Validate(), &perr):
-		return &optionError{key: "postgres." + perr.Key, value: perr.Value, allowed: perr.Allowed}
-	case ns.Postgres != nil && ns.Postgres.MaxConns < 0:
-		return &optionError{key: "postgres.max_conns", value: strconv.Itoa(ns.Postgres.MaxConns), allowed: "must be 0 (the URL's pool_max_conns, or pgxpool's default) or more"}
+func checkStoreOptions(ns *NamespaceConfig) []optionError {
+	var out []optionError
+	if ns.Redis != nil {
+		for _, err := range joined(redisConfig(ns.Redis).Validate()) {
+			var fe *redis.FieldError
+			if errors.As(err, &fe) {
+				out = append(out, optionError{key: "redis." + fe.Key, value: fe.Value, allowed: fe.Allowed})
+			}
+		}
 	}
-	return nil
+	if ns.Postgres != nil {
+		for _, err := range joined(postgresConfig(ns.Postgres).Validate()) {
+			var fe *postgres.FieldError
+			if errors.As(err, &fe) {
+				out = append(out, optionError{key: "postgres." + fe.Key, value: fe.Value, allowed: fe.Allowed})
+			}
+		}
+		if ns.Postgres.MaxConns < 0 {
+			out = append(out, optionError{key: "postgres.max_conns", value: strconv.Itoa(ns.Postgres.MaxConns), allowed: "must be 0 (the URL's pool_max_conns, or pgxpool's default) or more"})
+		}
+	}
+	return out
 }
 
 func redisConfig(r *RedisOptions) redis.Config {

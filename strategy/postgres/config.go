@@ -1,8 +1,10 @@
 package postgres
 
 import (
+	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,46 +97,45 @@ func (e *FieldError) Error() string {
 	return fmt.Sprintf("postgres: Config.%s = %q: %s", e.Field, e.Value, e.Allowed)
 }
 
-// Validate reports the first invalid field of c as a *FieldError, or nil.
-// Zero fields are valid: they mean the defaults.
+// Validate reports every invalid field of c, each a *FieldError, joined
+// with errors.Join (errors.As finds the first), or nil. Zero fields are
+// valid: they mean the defaults.
 func (c Config) Validate() error {
 	return c.withDefaults().validate()
 }
 
-// validate reports the first invalid field of c (with defaults applied).
+// validate reports every invalid field of c (with defaults applied).
 func (c Config) validate() error {
-	bad := func(field, key string, value any, allowed string) error {
-		return &FieldError{Field: field, Key: key, Value: fmt.Sprint(value), Allowed: allowed}
+	var errs []error
+	bad := func(field, key string, value any, allowed string) {
+		errs = append(errs, &FieldError{Field: field, Key: key, Value: fmt.Sprint(value), Allowed: allowed})
 	}
-	ident := func(field, key, name string, max int) error {
+	ident := func(field, key, name string, max int) bool {
 		if !identRE.MatchString(name) || len(name) > max {
-			return bad(field, key, name, fmt.Sprintf("must match %s and be at most %d bytes", identRE, max))
+			bad(field, key, name, fmt.Sprintf("must match %s and be at most %d bytes", identRE, max))
+			return false
 		}
-		return nil
+		return true
 	}
-	if err := ident("Schema", "schema", c.Schema, maxIdent); err != nil {
-		return err
-	}
-	if err := ident("Table", "table", c.Table, maxTable); err != nil {
-		return err
-	}
-	if err := ident("LaneTable", "lane_table", c.LaneTable, maxIdent); err != nil {
-		return err
-	}
-	for _, taken := range []string{c.Table, c.Table + versionSuffix, c.Table + checkSuffix} {
-		if c.LaneTable == taken {
-			return bad("LaneTable", "lane_table", c.LaneTable, fmt.Sprintf("must differ from Table %q and the names derived from it (%q, %q)", c.Table, c.Table+versionSuffix, c.Table+checkSuffix))
+	ident("Schema", "schema", c.Schema, maxIdent)
+	tableOK := ident("Table", "table", c.Table, maxTable)
+	if ident("LaneTable", "lane_table", c.LaneTable, maxIdent) && tableOK {
+		for _, taken := range []string{c.Table, c.Table + versionSuffix, c.Table + checkSuffix} {
+			if c.LaneTable == taken {
+				bad("LaneTable", "lane_table", c.LaneTable, fmt.Sprintf("must differ from the table name %q and the names derived from it (%q, %q)", c.Table, c.Table+versionSuffix, c.Table+checkSuffix))
+			}
 		}
+	}
+	if c.PurgeBatch < 0 {
+		bad("PurgeBatch", "purge_batch", c.PurgeBatch, fmt.Sprintf("must be > 0 (0 means %d)", DefaultPurgeBatch))
 	}
 	switch {
-	case c.PurgeBatch < 0:
-		return bad("PurgeBatch", "purge_batch", c.PurgeBatch, fmt.Sprintf("must be > 0 (0 means %d)", DefaultPurgeBatch))
 	case c.LaneTTL < 0:
-		return bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be > 0 (0 means %v)", DefaultLaneTTL))
+		bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be > 0 (0 means %s)", short(DefaultLaneTTL)))
 	case c.LaneTTL%time.Millisecond != 0:
-		return bad("LaneTTL", "lane_ttl", c.LaneTTL, "must be a whole number of milliseconds")
+		bad("LaneTTL", "lane_ttl", c.LaneTTL, "must be a whole number of milliseconds")
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // names are the quoted, schema-qualified identifiers of the store's
@@ -151,4 +152,16 @@ func (c Config) names() names {
 		versions: q(c.Table + versionSuffix),
 		check:    q(c.Table + checkSuffix),
 	}
+}
+
+// short formats d as configuration files write it: 24h, not 24h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

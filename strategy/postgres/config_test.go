@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -33,5 +34,19 @@ func TestValidateNamesTheField(t *testing.T) {
 	}
 	if err := (postgres.Config{}).Validate(); err != nil {
 		t.Errorf("zero Config: %v", err)
+	}
+}
+
+func TestValidateReportsEveryField(t *testing.T) {
+	err := postgres.Config{Schema: "a-b", PurgeBatch: -1, LaneTTL: -time.Second}.Validate()
+	var keys []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *postgres.FieldError
+		if errors.As(e, &fe) {
+			keys = append(keys, fe.Key)
+		}
+	}
+	if got := fmt.Sprint(keys); got != "[schema purge_batch lane_ttl]" {
+		t.Errorf("fields = %s, want [schema purge_batch lane_ttl]", got)
 	}
 }

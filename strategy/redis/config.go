@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -93,29 +94,36 @@ func (e *FieldError) Error() string {
 	return fmt.Sprintf("redis: Config.%s = %s: %s", e.Field, e.Value, e.Allowed)
 }
 
-// Validate reports the first invalid field of c as a *FieldError, or nil.
-// Zero fields are valid: they mean the defaults.
+// Validate reports every invalid field of c, each a *FieldError, joined
+// with errors.Join (errors.As finds the first), or nil. Zero fields are
+// valid: they mean the defaults.
 func (c Config) Validate() error {
-	bad := func(field, key string, value any, allowed string) error {
-		return &FieldError{Field: field, Key: key, Value: fmt.Sprint(value), Allowed: allowed}
+	var errs []error
+	bad := func(field, key string, value any, allowed string) {
+		errs = append(errs, &FieldError{Field: field, Key: key, Value: fmt.Sprint(value), Allowed: allowed})
 	}
-	switch {
-	case strings.ContainsAny(c.Prefix, "{}"):
-		return bad("Prefix", "prefix", fmt.Sprintf("%q", c.Prefix), "must not contain '{' or '}' (they delimit Cluster hash tags)")
-	case c.Shards < 0 || c.Shards > MaxShards:
-		return bad("Shards", "shards", c.Shards, fmt.Sprintf("must be 0 (default %d) or 1 to %d", DefaultShards, MaxShards))
-	case c.TTLMargin != 0 && c.TTLMargin < time.Millisecond:
-		return bad("TTLMargin", "ttl_margin", c.TTLMargin, fmt.Sprintf("must be 0 (default %v) or at least 1ms", DefaultTTLMargin))
-	case c.LaneTTL != 0 && c.LaneTTL < time.Second:
-		return bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be 0 (default %v) or at least 1s", DefaultLaneTTL))
-	case c.Timeout < 0:
-		return bad("Timeout", "timeout", c.Timeout, fmt.Sprintf("must be 0 (default %v) or positive", DefaultTimeout))
-	case c.ScanThreshold < 0:
-		return bad("ScanThreshold", "scan_threshold", c.ScanThreshold, fmt.Sprintf("must be 0 (default %d) or positive", DefaultScanThreshold))
-	case c.FieldsPerCommand < 0:
-		return bad("FieldsPerCommand", "fields_per_command", c.FieldsPerCommand, fmt.Sprintf("must be 0 (default %d) or positive", DefaultFieldsPerCommand))
+	if strings.ContainsAny(c.Prefix, "{}") {
+		bad("Prefix", "prefix", fmt.Sprintf("%q", c.Prefix), "must not contain '{' or '}' (they delimit Cluster hash tags)")
 	}
-	return nil
+	if c.Shards < 0 || c.Shards > MaxShards {
+		bad("Shards", "shards", c.Shards, fmt.Sprintf("must be 0 (default %d) or 1 to %d", DefaultShards, MaxShards))
+	}
+	if c.TTLMargin != 0 && c.TTLMargin < time.Millisecond {
+		bad("TTLMargin", "ttl_margin", c.TTLMargin, fmt.Sprintf("must be 0 (default %s) or at least 1ms", short(DefaultTTLMargin)))
+	}
+	if c.LaneTTL != 0 && c.LaneTTL < time.Second {
+		bad("LaneTTL", "lane_ttl", c.LaneTTL, fmt.Sprintf("must be 0 (default %s) or at least 1s", short(DefaultLaneTTL)))
+	}
+	if c.Timeout < 0 {
+		bad("Timeout", "timeout", c.Timeout, fmt.Sprintf("must be 0 (default %s) or positive", short(DefaultTimeout)))
+	}
+	if c.ScanThreshold < 0 {
+		bad("ScanThreshold", "scan_threshold", c.ScanThreshold, fmt.Sprintf("must be 0 (default %d) or positive", DefaultScanThreshold))
+	}
+	if c.FieldsPerCommand < 0 {
+		bad("FieldsPerCommand", "fields_per_command", c.FieldsPerCommand, fmt.Sprintf("must be 0 (default %d) or positive", DefaultFieldsPerCommand))
+	}
+	return errors.Join(errs...)
 }
 
 // withDefaults validates c and returns it with its zero fields set to the
@@ -146,4 +154,16 @@ func (c Config) withDefaults() (Config, error) {
 		c.FieldsPerCommand = DefaultFieldsPerCommand
 	}
 	return c, nil
+}
+
+// short formats d as configuration files write it: 24h, not 24h0m0s.
+func short(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }

@@ -2,6 +2,7 @@ package redis_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -35,5 +36,19 @@ func TestValidateNamesTheField(t *testing.T) {
 	}
 	if err := (redis.Config{}).Validate(); err != nil {
 		t.Errorf("zero Config: %v", err)
+	}
+}
+
+func TestValidateReportsEveryField(t *testing.T) {
+	err := redis.Config{Prefix: "{x}", Shards: -1, TTLMargin: -time.Second}.Validate()
+	var keys []string
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *redis.FieldError
+		if errors.As(e, &fe) {
+			keys = append(keys, fe.Key)
+		}
+	}
+	if got := fmt.Sprint(keys); got != "[prefix shards ttl_margin]" {
+		t.Errorf("fields = %s, want [prefix shards ttl_margin]", got)
 	}
 }

@@ -29,7 +29,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"negative shards", redis.Config{Shards: -1}, "redis: Config.Shards = -1: must be 0 (default 16) or 1 to 1024"},
 		{"too many shards", redis.Config{Shards: 5000}, "redis: Config.Shards = 5000: must be 0 (default 16) or 1 to 1024"},
 		{"sub-millisecond margin", redis.Config{TTLMargin: time.Microsecond}, "redis: Config.TTLMargin = 1µs: must be 0 (default 5s) or at least 1ms"},
-		{"short lane TTL", redis.Config{LaneTTL: time.Millisecond}, "redis: Config.LaneTTL = 1ms: must be 0 (default 24h0m0s) or at least 1s"},
+		{"short lane TTL", redis.Config{LaneTTL: time.Millisecond}, "redis: Config.LaneTTL = 1ms: must be 0 (default 24h) or at least 1s"},
 		{"negative timeout", redis.Config{Timeout: -time.Second}, "redis: Config.Timeout = -1s: must be 0 (default 5s) or positive"},
 		{"negative scan threshold", redis.Config{ScanThreshold: -1}, "redis: Config.ScanThreshold = -1: must be 0 (default 1000) or positive"},
 		{"negative fields per command", redis.Config{FieldsPerCommand: -1}, "redis: Config.FieldsPerCommand = -1: must be 0 (default 1000) or positive"},
