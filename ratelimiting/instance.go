@@ -240,8 +240,10 @@ func (in *Instance) lookup(name string) (*ns, error) {
 	return nil, errNotFound(name)
 }
 
-// New adds a namespace. It returns a *namespace.FieldError for an invalid
-// cfg, and ErrNamespaceExists when the instance already has one of that name.
+// New adds a namespace. For an invalid cfg it returns cfg.Validate's error:
+// one *namespace.FieldError per invalid field, joined (errors.As finds the
+// first). It returns ErrNamespaceExists when the instance already has one of
+// that name.
 func (in *Instance) New(cfg namespace.Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
