@@ -43,6 +43,9 @@ type Batch struct {
 	Node  string
 	Seq   uint64
 	Diffs []Diff
+	// Buckets are bucket diffs, applied in the same atomic step as Diffs.
+	// Only strategies that implement BucketStore are sent any.
+	Buckets []BucketDiff
 }
 
 // Counter is one counter's total as held by the store.
@@ -130,17 +133,18 @@ type CheckLimit struct {
 	WindowSize time.Duration
 	Limit      float64 // hits allowed per window; > 0
 	Fixed      bool    // fixed window: the previous window does not count
+	// Kind is 0 for a window limit. Any other value makes the limit a
+	// bucket (see BucketStore): the bucket (Key, Kind, WindowSize), which
+	// refills Limit per WindowSize up to Burst.
+	Kind  uint8
+	Burst float64 // buckets: capacity, > 0
 }
 
 // Check is one request decided and counted in the store in one atomic step
-// (synchronous mode): it passes when, for every limit,
-//
-//	current + previous * weight + Cost <= Limit
-//
-// with the windows and the weight (size - (Now mod size)) / size taken at
-// Now, the node's clock (0 for fixed windows). When it passes, Cost is added
-// once to the current window of each distinct size of Limits; when it does
-// not, nothing is counted.
+// (synchronous mode): it passes when every limit lets it pass (WindowFits,
+// BucketFits), judged at Now, the node's clock. When it passes, Cost is added
+// once to the current window of each distinct size of its window limits and
+// to each of its buckets (BucketAdd); when it does not, nothing is counted.
 type Check struct {
 	Namespace string
 	Key       string
@@ -153,6 +157,10 @@ type Check struct {
 type CheckResult struct {
 	Allowed bool
 	Totals  []Totals // per limit, in order: the counts right after the decision
+	// Buckets holds, per limit in order, the bucket's state right after
+	// the decision: set for bucket limits, zero for window limits. Nil when
+	// the check has no bucket limit.
+	Buckets []BucketState
 }
 
 // Checker is implemented by strategies that can decide and count requests
@@ -173,4 +181,22 @@ type Checker interface {
 func Weight(now time.Time, size time.Duration) float64 {
 	ms, s := now.UnixMilli(), size.Milliseconds()
 	return float64(s-(ms-WindowStart(now, size).UnixMilli())) / float64(s)
+}
+
+// WindowFits reports whether a request of cost fits a window limit: the
+// current window holds cur, the previous one prev, and now is elapsed ms
+// into the current window of size ms. A fixed window passes when
+// cur + cost <= limit; a sliding one when cur + prev*weight + cost <= limit
+// with weight (size - elapsed) / size, judged multiplied through by size:
+//
+//	(cur + cost)*size + prev*(size - elapsed) <= limit*size
+//
+// in float64, in exactly this order, so that whole counts decide exactly
+// (no rounding of the weight) and every store decides as the node does.
+func WindowFits(cur, prev, cost, limit float64, size, elapsed int64, fixed bool) bool {
+	if fixed {
+		return cur+cost <= limit
+	}
+	s := float64(size)
+	return float64((cur+cost)*s)+float64(prev*float64(size-elapsed)) <= float64(limit*s)
 }

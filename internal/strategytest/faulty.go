@@ -154,3 +154,19 @@ func (f *Faulty) CheckAndCount(ctx context.Context, node string, seq uint64, che
 	}
 	return r, nil
 }
+
+// GetBuckets forwards to the inner strategy's GetBuckets; it fails while the
+// store is down.
+func (f *Faulty) GetBuckets(ctx context.Context, ns string, refs []strategy.BucketRef) ([]strategy.BucketState, error) {
+	bs, ok := f.inner.(strategy.BucketStore)
+	if !ok {
+		return nil, errors.New("strategytest: inner strategy is not a strategy.BucketStore")
+	}
+	f.mu.Lock()
+	down := f.down
+	f.mu.Unlock()
+	if down {
+		return nil, ErrInjected
+	}
+	return bs.GetBuckets(ctx, ns, refs)
+}

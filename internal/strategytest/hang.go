@@ -147,3 +147,11 @@ func (h *Hang) CheckAndCount(ctx context.Context, node string, seq uint64, check
 	}
 	return h.inner.(strategy.Checker).CheckAndCount(ctx, node, seq, checks)
 }
+
+// GetBuckets hangs, then forwards to the inner strategy's GetBuckets.
+func (h *Hang) GetBuckets(ctx context.Context, ns string, refs []strategy.BucketRef) ([]strategy.BucketState, error) {
+	if err := h.wait(ctx, "GetBuckets"); err != nil {
+		return nil, err
+	}
+	return h.inner.(strategy.BucketStore).GetBuckets(ctx, ns, refs)
+}

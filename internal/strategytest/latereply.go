@@ -78,3 +78,8 @@ func (l *LateReply) PushAndCount(ctx context.Context, b strategy.Batch) ([]strat
 	}
 	return totals, nil
 }
+
+// GetBuckets forwards to the inner strategy's GetBuckets.
+func (l *LateReply) GetBuckets(ctx context.Context, ns string, refs []strategy.BucketRef) ([]strategy.BucketState, error) {
+	return l.Strategy.(strategy.BucketStore).GetBuckets(ctx, ns, refs)
+}

@@ -39,7 +39,7 @@ type suiteCase struct {
 // Run runs the contract suite against the stores newStore makes, one per
 // case.
 func Run(t *testing.T, newStore NewFunc) {
-	for _, c := range cases {
+	for _, c := range slices.Concat(cases, bucketCases) {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, newStore(t))
 		})

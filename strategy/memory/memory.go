@@ -23,7 +23,22 @@ var (
 	_ strategy.Strategy    = (*Store)(nil)
 	_ strategy.PushCounter = (*Store)(nil)
 	_ strategy.Checker     = (*Store)(nil)
+	_ strategy.BucketStore = (*Store)(nil)
 )
+
+type bucketID struct {
+	namespace string
+	key       string
+	kind      uint8
+	window    int64 // ms
+}
+
+// bucket is a bucket's state and the rate it last drained at, which tells
+// Purge when it is empty.
+type bucket struct {
+	st   strategy.BucketState
+	rate float64
+}
 
 type windowID struct {
 	namespace string
@@ -41,12 +56,13 @@ type lane struct {
 type Store struct {
 	mu      sync.RWMutex
 	windows map[windowID]map[string]float64
+	buckets map[bucketID]bucket
 	lanes   map[string]lane
 }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{windows: make(map[windowID]map[string]float64), lanes: make(map[string]lane)}
+	return &Store{windows: make(map[windowID]map[string]float64), buckets: make(map[bucketID]bucket), lanes: make(map[string]lane)}
 }
 
 func checkDiff(d strategy.Diff) error {
@@ -80,6 +96,11 @@ func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strat
 			return nil, err
 		}
 	}
+	for _, d := range b.Buckets {
+		if err := checkBucketDiff(d); err != nil {
+			return nil, err
+		}
+	}
 	var totals []strategy.Totals
 	if count {
 		totals = make([]strategy.Totals, len(b.Diffs))
@@ -104,7 +125,13 @@ func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strat
 			totals[i].Previous = s.windows[id][d.Key]
 		}
 	}
-	if apply && len(b.Diffs) > 0 {
+	if apply {
+		for _, d := range b.Buckets {
+			id := bucketID{d.Namespace, d.Key, d.Kind, d.Window.Milliseconds()}
+			s.buckets[id] = bucket{strategy.BucketAdd(s.bucket(id), d.Rate, d.Cost, id.window, d.At), d.Rate}
+		}
+	}
+	if apply && len(b.Diffs)+len(b.Buckets) > 0 {
 		s.lanes[b.Node] = lane{seq: b.Seq, seen: time.Now()}
 	}
 	return totals, nil
@@ -169,7 +196,8 @@ func (s *Store) GetWindow(ctx context.Context, namespace, key string, windowStar
 }
 
 // Purge drops the namespace's windows of the given sizes that are older than
-// the previous window as of now, and lane records that applied nothing for
+// the previous window as of now, its buckets that are empty as of now (at
+// the rate they last drained at), and lane records that applied nothing for
 // LaneTTL of wall-clock time.
 func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.Duration, now time.Time) error {
 	if err := ctx.Err(); err != nil {
@@ -187,6 +215,11 @@ func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.
 			}
 		}
 	}
+	for id, b := range s.buckets {
+		if id.namespace == namespace && strategy.BucketLevel(b.st, b.rate, now.UnixMilli()) == 0 {
+			delete(s.buckets, id)
+		}
+	}
 	for node, l := range s.lanes {
 		if time.Since(l.seen) > LaneTTL {
 			delete(s.lanes, node)
@@ -202,16 +235,8 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 		return nil, err
 	}
 	for _, c := range checks {
-		if math.IsNaN(c.Cost) || math.IsInf(c.Cost, 0) || c.Cost < 0 {
-			return nil, fmt.Errorf("memory: check of key %q: cost %v: must be finite and >= 0", c.Key, c.Cost)
-		}
-		for _, l := range c.Limits {
-			if err := checkDiff(strategy.Diff{Key: c.Key, WindowSize: l.WindowSize, Value: l.Limit}); err != nil {
-				return nil, err
-			}
-			if l.Limit <= 0 {
-				return nil, fmt.Errorf("memory: check of key %q: limit %v: must be > 0", c.Key, l.Limit)
-			}
+		if err := checkCheck(c); err != nil {
+			return nil, err
 		}
 	}
 	s.mu.Lock()
@@ -220,42 +245,126 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 	apply := !ok || seq > l.seq
 	out := make([]strategy.CheckResult, len(checks))
 	for i, c := range checks {
-		cur := func(size time.Duration, back time.Duration) float64 {
-			start := strategy.WindowStart(c.Now, size).Add(-back)
-			return s.windows[windowID{c.Namespace, size.Milliseconds(), start.UnixMilli()}][c.Key]
-		}
-		allowed := apply
-		for _, lim := range c.Limits {
-			rate := cur(lim.WindowSize, 0)
-			if !lim.Fixed {
-				rate += cur(lim.WindowSize, lim.WindowSize) * strategy.Weight(c.Now, lim.WindowSize)
-			}
-			if rate+c.Cost > lim.Limit {
-				allowed = false
-			}
-		}
-		if allowed {
-			done := make(map[time.Duration]bool, len(c.Limits))
-			for _, lim := range c.Limits {
-				if done[lim.WindowSize] {
-					continue
-				}
-				done[lim.WindowSize] = true
-				id := windowID{c.Namespace, lim.WindowSize.Milliseconds(), strategy.WindowStart(c.Now, lim.WindowSize).UnixMilli()}
-				if s.windows[id] == nil {
-					s.windows[id] = make(map[string]float64)
-				}
-				s.windows[id][c.Key] += c.Cost
-			}
-		}
-		out[i].Allowed = allowed
-		out[i].Totals = make([]strategy.Totals, len(c.Limits))
-		for j, lim := range c.Limits {
-			out[i].Totals[j] = strategy.Totals{Current: cur(lim.WindowSize, 0), Previous: cur(lim.WindowSize, lim.WindowSize)}
-		}
+		out[i] = s.check(c, apply)
 	}
 	if apply {
 		s.lanes[node] = lane{seq: seq, seen: time.Now()}
 	}
 	return out, nil
+}
+
+// check decides and, when apply and it passes, counts one check. Callers
+// hold s.mu.
+func (s *Store) check(c strategy.Check, apply bool) strategy.CheckResult {
+	now := c.Now.UnixMilli()
+	count := func(size time.Duration, back time.Duration) float64 {
+		start := strategy.WindowStart(c.Now, size).Add(-back)
+		return s.windows[windowID{c.Namespace, size.Milliseconds(), start.UnixMilli()}][c.Key]
+	}
+	bucketOf := func(l strategy.CheckLimit) bucketID {
+		return bucketID{c.Namespace, c.Key, l.Kind, l.WindowSize.Milliseconds()}
+	}
+	allowed := apply
+	for _, l := range c.Limits {
+		size := l.WindowSize.Milliseconds()
+		if l.Kind != 0 {
+			lvl := strategy.BucketLevel(s.bucket(bucketOf(l)), l.Limit, now)
+			allowed = allowed && strategy.BucketFits(lvl, c.Cost, l.Burst, size)
+			continue
+		}
+		elapsed := now - strategy.WindowStart(c.Now, l.WindowSize).UnixMilli()
+		allowed = allowed && strategy.WindowFits(count(l.WindowSize, 0), count(l.WindowSize, l.WindowSize), c.Cost, l.Limit, size, elapsed, l.Fixed)
+	}
+	if allowed && c.Cost > 0 {
+		windows := make(map[time.Duration]bool, len(c.Limits))
+		buckets := make(map[bucketID]bool, len(c.Limits))
+		for _, l := range c.Limits {
+			if l.Kind != 0 {
+				id := bucketOf(l)
+				if !buckets[id] {
+					buckets[id] = true
+					s.buckets[id] = bucket{strategy.BucketAdd(s.bucket(id), l.Limit, c.Cost, id.window, now), l.Limit}
+				}
+				continue
+			}
+			if windows[l.WindowSize] {
+				continue
+			}
+			windows[l.WindowSize] = true
+			id := windowID{c.Namespace, l.WindowSize.Milliseconds(), strategy.WindowStart(c.Now, l.WindowSize).UnixMilli()}
+			if s.windows[id] == nil {
+				s.windows[id] = make(map[string]float64)
+			}
+			s.windows[id][c.Key] += c.Cost
+		}
+	}
+	res := strategy.CheckResult{Allowed: allowed, Totals: make([]strategy.Totals, len(c.Limits))}
+	for j, l := range c.Limits {
+		if l.Kind != 0 {
+			if res.Buckets == nil {
+				res.Buckets = make([]strategy.BucketState, len(c.Limits))
+			}
+			res.Buckets[j] = s.bucket(bucketOf(l))
+			continue
+		}
+		res.Totals[j] = strategy.Totals{Current: count(l.WindowSize, 0), Previous: count(l.WindowSize, l.WindowSize)}
+	}
+	return res
+}
+
+// bucket returns the state of a bucket, empty when the store holds none.
+// Callers hold s.mu.
+func (s *Store) bucket(id bucketID) strategy.BucketState {
+	if b, ok := s.buckets[id]; ok {
+		return b.st
+	}
+	return strategy.BucketState{Key: id.key, Kind: id.kind, Window: time.Duration(id.window) * time.Millisecond}
+}
+
+// GetBuckets returns the buckets of refs the store holds.
+func (s *Store) GetBuckets(ctx context.Context, namespace string, refs []strategy.BucketRef) ([]strategy.BucketState, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []strategy.BucketState
+	for _, r := range refs {
+		if b, ok := s.buckets[bucketID{namespace, r.Key, r.Kind, r.Window.Milliseconds()}]; ok {
+			out = append(out, b.st)
+		}
+	}
+	return out, nil
+}
+
+func checkCheck(c strategy.Check) error {
+	if math.IsNaN(c.Cost) || math.IsInf(c.Cost, 0) || c.Cost < 0 {
+		return fmt.Errorf("memory: check of key %q: cost %v: must be finite and >= 0", c.Key, c.Cost)
+	}
+	for _, l := range c.Limits {
+		if err := checkDiff(strategy.Diff{Key: c.Key, WindowSize: l.WindowSize, Value: l.Limit}); err != nil {
+			return err
+		}
+		if l.Limit <= 0 {
+			return fmt.Errorf("memory: check of key %q: limit %v: must be > 0", c.Key, l.Limit)
+		}
+		if l.Kind != 0 && !(l.Burst > 0 && !math.IsInf(l.Burst, 0)) {
+			return fmt.Errorf("memory: check of key %q: burst %v: must be finite and > 0", c.Key, l.Burst)
+		}
+	}
+	return nil
+}
+
+func checkBucketDiff(d strategy.BucketDiff) error {
+	switch {
+	case d.Kind == 0:
+		return fmt.Errorf("memory: bucket diff of key %q: kind 0: must be a bucket kind (> 0)", d.Key)
+	case d.Window <= 0 || d.Window%time.Millisecond != 0:
+		return fmt.Errorf("memory: bucket diff of key %q: window %v: must be > 0 and whole milliseconds", d.Key, d.Window)
+	case !(d.Cost > 0) || math.IsInf(d.Cost, 0):
+		return fmt.Errorf("memory: bucket diff of key %q: cost %v: must be finite and > 0", d.Key, d.Cost)
+	case !(d.Rate > 0) || math.IsInf(d.Rate, 0):
+		return fmt.Errorf("memory: bucket diff of key %q: rate %v: must be finite and > 0", d.Key, d.Rate)
+	}
+	return nil
 }

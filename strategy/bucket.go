@@ -1,0 +1,94 @@
+package strategy
+
+import (
+	"context"
+	"time"
+)
+
+// Buckets. A bucket is identified by (namespace, key, kind, window): Kind
+// tells a token bucket from a leaky bucket of the same key and window (the
+// caller's numbering; stores only keep them apart). Its state is GCRA's
+// theoretical arrival time, held exactly as a time and the level at it:
+//
+//	At:    the instant of the bucket's last change, Unix milliseconds;
+//	Level: how full it was then, in cost units times the window in
+//	       milliseconds (cost c adds c * window_ms), so that with whole
+//	       costs, rates and windows every step is exact in float64.
+//
+// A bucket drains Rate (its limit per window) of Level per millisecond, and
+// never below zero: a store that does not hold a bucket holds it empty
+// (Level 0). The three steps below are the whole arithmetic; every store
+// computes them in float64 in exactly this order, so the node and each store
+// decide every request the same way.
+
+// BucketLevel returns the bucket's level at now: Level less what drained
+// since At, at least 0. A clock behind At drains nothing.
+func BucketLevel(b BucketState, rate float64, now int64) float64 {
+	elapsed := now - b.At
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	l := b.Level - float64(float64(elapsed)*rate)
+	if l < 0 {
+		return 0
+	}
+	return l
+}
+
+// BucketFits reports whether a request of cost fits in a bucket of capacity
+// burst whose level (BucketLevel) is level, with window the bucket's window
+// in milliseconds: level + cost*window <= burst*window.
+func BucketFits(level, cost, burst float64, window int64) bool {
+	w := float64(window)
+	return level+float64(cost*w) <= float64(burst*w)
+}
+
+// BucketAdd returns the bucket after cost is added at now: the level at now
+// plus cost*window, dated max(At, now). Pushes (BucketDiff) add a diff with
+// no regard to capacity: a bucket may go past its capacity (into debt), and
+// drains from there.
+func BucketAdd(b BucketState, rate, cost float64, window, now int64) BucketState {
+	l := BucketLevel(b, rate, now)
+	return BucketState{Key: b.Key, Kind: b.Kind, Window: b.Window, At: max(b.At, now), Level: l + float64(cost*float64(window))}
+}
+
+// BucketState is a bucket as a store holds it.
+type BucketState struct {
+	Key    string
+	Kind   uint8
+	Window time.Duration
+	At     int64   // Unix milliseconds of the last change
+	Level  float64 // cost units times window milliseconds
+}
+
+// BucketDiff is cost a node consumed from a bucket since its last push,
+// dated by the first of those hits: the store adds it with BucketAdd at At,
+// draining at Rate.
+type BucketDiff struct {
+	Namespace string
+	Key       string
+	Kind      uint8
+	Window    time.Duration // whole milliseconds, > 0
+	At        int64         // Unix milliseconds of the first hit
+	Cost      float64       // > 0
+	Rate      float64       // the bucket's limit per window, > 0
+}
+
+// BucketRef names one bucket of a namespace.
+type BucketRef struct {
+	Key    string
+	Kind   uint8
+	Window time.Duration
+}
+
+// BucketStore is implemented by strategies that keep buckets. Such a
+// strategy also applies Batch.Buckets in PushDiffs and PushAndCount (in the
+// same atomic step as the batch's diffs and its (Node, Seq) record, so a
+// bucket diff too is applied at most once), and, when it is a Checker,
+// decides bucket limits (CheckLimit.Kind != 0) in CheckAndCount, atomically
+// with the window limits of the same check.
+type BucketStore interface {
+	// GetBuckets returns the state of each named bucket the store holds;
+	// buckets it does not hold (empty ones) are left out.
+	GetBuckets(ctx context.Context, namespace string, refs []BucketRef) ([]BucketState, error)
+}
