@@ -35,6 +35,7 @@ import (
 
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/syncer"
 )
 
@@ -130,6 +131,23 @@ type ns struct {
 	sizes  []time.Duration // ascending, parallel to series
 	series []*shm.Series
 	syncer *syncer.Syncer // nil when local-only
+}
+
+// bucketsAllowed returns why n cannot hold buckets, nil when it can: a
+// namespace that syncs needs a store that keeps them
+// (strategy.BucketStore), and a synchronous one a store that decides them
+// (strategy.Checker).
+func (n *ns) bucketsAllowed() error {
+	if n.syncer == nil {
+		return nil
+	}
+	if _, ok := n.cfg.Strategy.(strategy.BucketStore); !ok {
+		return fmt.Errorf("buckets need a store that keeps them (memory, Redis, PostgreSQL); the store of namespace %q does not", n.cfg.Name)
+	}
+	if _, ok := n.cfg.Strategy.(strategy.Checker); !ok && n.cfg.SyncRate == 0 {
+		return fmt.Errorf("synchronous buckets need a store that decides checks (memory, Redis, PostgreSQL); the store of namespace %q does not", n.cfg.Name)
+	}
+	return nil
 }
 
 func (n *ns) seriesOf(size time.Duration) *shm.Series {
@@ -422,6 +440,9 @@ func (in *Instance) layout(cfg namespace.Config, dict *shm.Dict) *ns {
 		n.sizes = append(n.sizes, size)
 		n.series = append(n.series, sr)
 	}
+	for _, t := range dict.BucketTables(cfg.Name) {
+		t.SetLocal(cfg.Local())
+	}
 	return n
 }
 
@@ -433,6 +454,7 @@ func (in *Instance) syncConfig(n *ns) syncer.Config {
 		Rate:      n.cfg.SyncRate,
 		Strategy:  n.cfg.Strategy,
 		Series:    slices.Clone(n.series),
+		Buckets:   func() []*shm.Buckets { return n.dict.BucketTables(n.cfg.Name) },
 		Now:       in.clock,
 		// The back-off, the down state, the purge schedule and the times
 		// of Stats run on the instance's clock too, so a fake clock

@@ -60,8 +60,10 @@ type Dict struct {
 	closed atomic.Bool
 	bg     sync.WaitGroup
 
-	mu     sync.Mutex
-	series map[seriesKey]*Series
+	mu      sync.Mutex
+	series  map[seriesKey]*Series
+	buckets map[bucketsKey]*Buckets
+	btabs   atomic.Pointer[map[bucketsKey]*Buckets] // a copy of buckets, read without mu
 }
 
 type seriesKey struct {
@@ -142,9 +144,20 @@ func (d *Dict) RemoveNamespace(ns string) {
 			delete(d.series, k)
 		}
 	}
+	var goneB []*Buckets
+	for k, t := range d.buckets {
+		if k.namespace == ns {
+			goneB = append(goneB, t)
+			delete(d.buckets, k)
+		}
+	}
+	d.publishBuckets()
 	d.mu.Unlock()
 	for _, s := range gone {
 		s.removeAll()
+	}
+	for _, t := range goneB {
+		t.removeAll()
 	}
 }
 
@@ -204,6 +217,9 @@ func (d *Dict) sweep(now int64) int {
 	removed := 0
 	for _, s := range series {
 		removed += s.Expire(now)
+	}
+	for _, t := range d.allBuckets() {
+		removed += t.Expire(now)
 	}
 	need := d.entries.Load() - int64(lowMark*float64(d.capacity.Load()))
 	if need <= 0 {

@@ -15,7 +15,8 @@ import (
 // checkReq is one check waiting to be decided in the store.
 type checkReq struct {
 	check   strategy.Check
-	windows []*shm.Window // the current window of each limit of check
+	windows []*shm.Window  // the current window of each window limit of check, nil for buckets
+	tables  []*shm.Buckets // the bucket table of each bucket limit of check, nil for windows
 	res     strategy.CheckResult
 	ok      bool          // the store decided check
 	done    chan struct{} // one answer
@@ -31,16 +32,17 @@ func (r *checkReq) release() {
 // Check decides and counts c in the store in one atomic step (see
 // strategy.Checker), coalesced with the namespace's other synchronous
 // calls, and keeps the store's totals in this node's view. windows are the
-// current windows of c's limits, in order. ok is false when the store could
+// current windows of c's window limits and tables the bucket tables of its
+// bucket limits, in order (nil where the other applies). ok is false when the store could
 // not decide (it is down, or does not implement strategy.Checker): the
 // caller then decides on this node's counts, which are pushed later.
-func (s *Syncer) Check(ctx context.Context, c strategy.Check, windows []*shm.Window) (res strategy.CheckResult, ok bool, err error) {
+func (s *Syncer) Check(ctx context.Context, c strategy.Check, windows []*shm.Window, tables []*shm.Buckets) (res strategy.CheckResult, ok bool, err error) {
 	cf := s.conf.Load()
 	if !cf.canCheck || s.isDown() {
 		return strategy.CheckResult{}, false, nil
 	}
 	r := checkPool.Get().(*checkReq)
-	r.check, r.windows = c, windows
+	r.check, r.windows, r.tables = c, windows, tables
 	if cf.Rate > 0 {
 		defer r.release()
 		return s.checkPeriodic(ctx, cf, r)
@@ -73,7 +75,7 @@ func (s *Syncer) checkPeriodic(ctx context.Context, cf *conf, r *checkReq) (stra
 		return strategy.CheckResult{}, false, ctx.Err()
 	}
 	defer s.lane.mu.unlock()
-	if err := s.flushKey(ctx, r.check.Key, r.windows); err != nil {
+	if err := s.flushKey(ctx, r.check.Key, r.windows, r.tables); err != nil {
 		if storeFailed(ctx, err) {
 			s.markDown()
 		}
@@ -94,7 +96,7 @@ func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
 		if s.isDown() {
 			break
 		}
-		if err := s.flushKey(ctx, r.check.Key, r.windows); storeFailed(ctx, err) {
+		if err := s.flushKey(ctx, r.check.Key, r.windows, r.tables); storeFailed(ctx, err) {
 			s.markDown()
 		}
 	}
@@ -102,13 +104,20 @@ func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
 }
 
 // flushKey pushes this node's diffs of key in windows and the windows
-// before them, after the batches in flight, as one batch of its own (kept in
-// flight when the push fails, like any other). Callers hold lane.mu.
-func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window) error {
+// before them, and what it took from key's buckets in tables, after the
+// batches in flight, as one batch of its own (kept in flight when the push
+// fails, like any other). Callers hold lane.mu.
+func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window, tables []*shm.Buckets) error {
 	c := s.conf.Load()
 	var diffs []strategy.Diff
+	var buckets []strategy.BucketDiff
+	for i, t := range tables {
+		if t != nil && !slices.Contains(tables[:i], t) {
+			buckets = takePending(c, t, key, buckets)
+		}
+	}
 	for i, w := range windows {
-		if slices.Contains(windows[:i], w) {
+		if w == nil || slices.Contains(windows[:i], w) {
 			continue // limits of one size share their windows
 		}
 		for _, x := range [2]*shm.Window{w, w.Prev()} {
@@ -123,13 +132,15 @@ func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window
 			}
 		}
 	}
-	if len(diffs) == 0 && len(s.lane.inflight) == 0 {
+	if len(diffs)+len(buckets) == 0 && len(s.lane.inflight) == 0 {
 		return nil
 	}
 	hctx, cancel := context.WithTimeout(ctx, c.HitTimeout)
 	defer cancel()
-	if len(diffs) > 0 {
-		s.addInflight(s.newBatch(c, diffs))
+	if len(diffs)+len(buckets) > 0 {
+		b := s.newBatch(c, diffs)
+		b.Buckets = buckets
+		s.addInflight(b)
 	}
 	_, _, err := s.pushInflight(hctx)
 	return err
@@ -184,6 +195,10 @@ func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 func (s *Syncer) settleCheck(r *checkReq, res strategy.CheckResult, now int64) {
 	key := r.check.Key
 	for j, t := range res.Totals {
+		if tb := r.tables[j]; tb != nil {
+			s.installBucket(tb, key, res.Buckets[j], r.check.Limits[j].Limit, now)
+			continue
+		}
 		w := r.windows[j]
 		sr := w.Series()
 		w.SetSynced(key, t.Current+s.inflightOf(counterID{sr.Size(), w.Start(), key}), true, now)

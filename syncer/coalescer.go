@@ -279,8 +279,9 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 		return
 	}
 	var diffs []strategy.Diff
+	var buckets []strategy.BucketDiff
 	if extra := s.takeBatch(c); extra != nil {
-		diffs = extra.Diffs
+		diffs, buckets = extra.Diffs, extra.Buckets
 	}
 	diffs = slices.Grow(diffs, len(batch))
 	first := len(diffs)
@@ -295,6 +296,7 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 		r.c = r.w.AddTaken(r.key, r.v, now)
 	}
 	b := s.newBatch(c, diffs)
+	b.Buckets = buckets
 	s.addInflight(b)
 	t0 := s.clock.now()
 	totals, err := s.pushCount(ctx, *b)

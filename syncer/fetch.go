@@ -16,10 +16,21 @@ import (
 // store does not return are counted zero there. Previous-window counters
 // are made when missing (the sliding rate needs them); current-window ones
 // are only updated: a key this node has not counted in this window is not
-// its to follow. Callers hold lane.mu.
+// its to follow. Then it reads every bucket the node holds (fetchBuckets).
+// Callers hold lane.mu.
 func (s *Syncer) fetchLocked(ctx context.Context) (int, error) {
 	c := s.conf.Load()
 	now := s.clock.ms()
+	n, err := s.fetchWindows(ctx, c, now)
+	if err != nil {
+		return n, err
+	}
+	nb, err := s.fetchBuckets(ctx, c, now)
+	return n + nb, err
+}
+
+// fetchWindows is fetchLocked's part for windows.
+func (s *Syncer) fetchWindows(ctx context.Context, c *conf, now int64) (int, error) {
 	keySet := make(map[string]struct{})
 	sizes := make([]time.Duration, 0, len(c.Series))
 	for _, sr := range c.Series {

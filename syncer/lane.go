@@ -80,6 +80,11 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	for _, sr := range c.Series {
 		sr.Expire(now)
 	}
+	if c.Buckets != nil {
+		for _, t := range c.Buckets() {
+			t.Expire(now)
+		}
+	}
 	s.pruneRetired(now)
 	switch {
 	case err == nil && s.health.down:
@@ -103,7 +108,7 @@ func (s *Syncer) pushLocked(ctx context.Context) (pushed, late int, err error) {
 		return pushed, late, nil
 	}
 	late += s.dropLate(b, s.clock.ms())
-	if len(b.Diffs) == 0 {
+	if len(b.Diffs)+len(b.Buckets) == 0 {
 		return pushed, late, nil
 	}
 	s.addInflight(b)
@@ -111,7 +116,7 @@ func (s *Syncer) pushLocked(ctx context.Context) (pushed, late int, err error) {
 		return pushed, late, err
 	}
 	s.ack(b)
-	return pushed + len(b.Diffs), late, nil
+	return pushed + len(b.Diffs) + len(b.Buckets), late, nil
 }
 
 // pushInflight pushes the batches in flight, oldest first, and stops at the
@@ -121,12 +126,12 @@ func (s *Syncer) pushInflight(ctx context.Context) (pushed, late int, err error)
 	for len(s.lane.inflight) > 0 {
 		b := s.lane.inflight[0]
 		late += s.dropLate(b, now)
-		if len(b.Diffs) > 0 {
+		if len(b.Diffs)+len(b.Buckets) > 0 {
 			if err := s.send(ctx, *b); err != nil {
 				return pushed, late, err
 			}
 		}
-		pushed += len(b.Diffs)
+		pushed += len(b.Diffs) + len(b.Buckets)
 		s.ack(b)
 	}
 	return pushed, late, nil
@@ -137,8 +142,8 @@ func (s *Syncer) newBatch(c *conf, diffs []strategy.Diff) *strategy.Batch {
 	return &strategy.Batch{Node: c.Node, Seq: c.Seq.Add(1), Diffs: diffs}
 }
 
-// takeBatch takes the listed diffs of the pushed series as a new batch, nil
-// when there are none.
+// takeBatch takes the listed diffs of the pushed series, and what the
+// namespace's buckets took, as a new batch, nil when there are none.
 func (s *Syncer) takeBatch(c *conf) *strategy.Batch {
 	var diffs []strategy.Diff
 	for _, sr := range c.pushing {
@@ -150,10 +155,18 @@ func (s *Syncer) takeBatch(c *conf) *strategy.Batch {
 			})
 		})
 	}
-	if len(diffs) == 0 {
+	var buckets []strategy.BucketDiff
+	if c.Buckets != nil {
+		for _, t := range c.Buckets() {
+			buckets = takePending(c, t, "", buckets)
+		}
+	}
+	if len(diffs)+len(buckets) == 0 {
 		return nil
 	}
-	return s.newBatch(c, diffs)
+	b := s.newBatch(c, diffs)
+	b.Buckets = buckets
+	return b
 }
 
 // send pushes b.

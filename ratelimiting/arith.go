@@ -1,0 +1,172 @@
+package ratelimiting
+
+import (
+	"math"
+	"time"
+
+	"github.com/ratesync/ratesync/strategy"
+)
+
+// The decision's arithmetic: pure functions of a limit's state and now,
+// shared by every executor (check.go). Window limits judge with
+// strategy.WindowFits and buckets with strategy.BucketFits, the very
+// comparisons every store makes, so a node and its store decide alike.
+
+// windowState is what a window limit reads: the key's counts in the current
+// window (cur, after the decision) and the previous one, now e ms into the
+// current window of size ms.
+type windowState struct {
+	cur, prev float64
+	size, e   int64
+}
+
+// windowCeiling returns the largest count the current window may reach
+// with a request and still let l pass: the request passes when
+// count before + cost <= ceiling, which is WindowFits exactly (its left
+// side only grows with the count).
+func windowCeiling(prev, limit float64, size, e int64, fixed bool) float64 {
+	if fixed {
+		return limit
+	}
+	fits := func(x float64) bool { return strategy.WindowFits(x, prev, 0, limit, size, e, false) }
+	s := float64(size)
+	x := (float64(limit*s) - float64(prev*float64(size-e))) / s
+	for i := 0; i < 64 && !fits(x); i++ {
+		x = math.Nextafter(x, math.Inf(-1))
+	}
+	for i := 0; i < 64 && fits(math.Nextafter(x, math.Inf(1))); i++ {
+		x = math.Nextafter(x, math.Inf(1))
+	}
+	return x
+}
+
+// windowLimitState builds a window limit's LimitState from its state after
+// the decision; before is the current count before it.
+func windowLimitState(l Limit, st windowState, before, cost float64, allowed bool) LimitState {
+	fixed := l.fixed()
+	out := LimitState{Limit: l, Rate: st.cur}
+	if !fixed {
+		out.Rate += st.prev * weight(st.e, 0, st.size)
+	}
+	fits := func(c float64) bool { return strategy.WindowFits(st.cur, st.prev, c, l.Limit, st.size, st.e, fixed) }
+	out.Remaining = largestFit(math.Floor(l.Limit-out.Rate), fits)
+	switch {
+	case fixed:
+		out.Reset = ms(st.size - st.e)
+	case st.cur > 0:
+		out.Reset = ms(2*st.size - st.e)
+	case st.prev > 0:
+		out.Reset = ms(st.size - st.e)
+	}
+	out.Allowed = allowed || strategy.WindowFits(before, st.prev, cost, l.Limit, st.size, st.e, fixed)
+	if !out.Allowed {
+		out.RetryAfter = ms(windowRetry(st, cost, l.Limit, fixed))
+	}
+	return out
+}
+
+// largestFit returns the largest whole n >= 0 with fits(n), starting from
+// the guess n0: fits holds for 0 unless the state is over the limit.
+func largestFit(n0 float64, fits func(float64) bool) float64 {
+	n := max(0, n0)
+	for i := 0; i < 64 && n > 0 && !fits(n); i++ {
+		n--
+	}
+	for i := 0; i < 64 && n+1 != n && fits(n+1); i++ {
+		n++
+	}
+	if n == 0 && !fits(0) {
+		return 0
+	}
+	return n
+}
+
+// windowRetry returns the ms from now until a request of cost fits under
+// limit, if no more hits come. The sliding rate never grows as time passes
+// without hits, so a binary search over each window finds the first
+// millisecond that fits, with the very comparison Check makes.
+func windowRetry(st windowState, cost, limit float64, fixed bool) int64 {
+	size := st.size
+	first := func(cur, prev float64, from int64) (int64, bool) {
+		fits := func(x int64) bool { return strategy.WindowFits(cur, prev, cost, limit, size, x, fixed) }
+		if !fits(size - 1) {
+			return 0, false
+		}
+		lo, hi := from, size-1
+		for lo < hi {
+			if mid := lo + (hi-lo)/2; fits(mid) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		return lo, true
+	}
+	if x, ok := first(st.cur, st.prev, st.e); ok {
+		return x - st.e
+	}
+	if x, ok := first(0, st.cur, 0); ok {
+		return size - st.e + x
+	}
+	return 2*size - st.e
+}
+
+// bucketState is what a bucket limit reads: its level at instant t is
+// max(0, base - max(0, t - origin) * rate), in cost units times the window
+// in ms (shm.Buckets keeps base and origin as its word and epoch; a store's
+// bucket as Level and At).
+type bucketState struct {
+	base   float64
+	origin int64
+	rate   float64
+	window int64 // ms
+}
+
+func (b bucketState) level(t int64) float64 {
+	return strategy.BucketLevel(strategy.BucketState{At: b.origin, Level: b.base}, b.rate, t)
+}
+
+// bucketLimitState builds a bucket limit's LimitState at now: before is the
+// state the request was judged on, after the state once counted (the same
+// when it was not).
+func bucketLimitState(l Limit, before, after bucketState, cost float64, now int64, allowed bool) LimitState {
+	burst, w := l.burst(), float64(after.window)
+	lvl := after.level(now)
+	out := LimitState{Limit: l, Rate: lvl / w}
+	out.Remaining = largestFit(math.Floor(burst-lvl/w), func(c float64) bool { return strategy.BucketFits(lvl, c, burst, after.window) })
+	if lvl > 0 {
+		out.Reset = ms(firstMs(now, func(t int64) bool { return after.level(t) == 0 }, int64(math.Ceil(lvl/after.rate))))
+	}
+	out.Allowed = allowed || strategy.BucketFits(before.level(now), cost, burst, before.window)
+	if !out.Allowed {
+		need := before.level(now) + cost*w - burst*w
+		out.RetryAfter = ms(firstMs(now, func(t int64) bool { return strategy.BucketFits(before.level(t), cost, burst, before.window) }, int64(math.Ceil(need/before.rate))))
+	}
+	return out
+}
+
+// firstMs returns the least d >= 0 such that ok(now + d), where ok never
+// turns false again as time passes; guess is close to it.
+func firstMs(now int64, ok func(int64) bool, guess int64) int64 {
+	d := max(0, guess)
+	for d > 0 && ok(now+d-1) {
+		d--
+	}
+	for step := int64(1); !ok(now + d); step *= 2 { // a far-off guess: gallop, then search back
+		lo := d
+		d += step
+		if ok(now + d) {
+			for lo+1 < d {
+				if mid := lo + (d-lo)/2; ok(now + mid) {
+					d = mid
+				} else {
+					lo = mid
+				}
+			}
+			return d
+		}
+	}
+	return d
+}
+
+func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }

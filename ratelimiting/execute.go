@@ -1,0 +1,344 @@
+package ratelimiting
+
+import (
+	"cmp"
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/strategy"
+)
+
+// The executors: each applies a plan (check.go) in one mode and leaves, in
+// its groups, the state the Decision is built from.
+
+// checkLocal counts the request in every window and bucket only when every
+// limit lets it pass: each window takes it with a compare-and-swap bounded
+// by its ceiling, each bucket with a compare-and-swap of its word; when one
+// refuses, those taken before are refunded. It decides on this node's view:
+// local-only counts, or in a namespace that syncs, the store's totals as
+// last read plus this node's hits since.
+func (in *Instance) checkLocal(p *plan) bool {
+	req := p.req
+	if req.Cost == 0 {
+		return p.peek()
+	}
+	defer in.lock(req.Key, p.parts()).unlock()
+	ok := true
+	for i := range p.groups {
+		g := &p.groups[i]
+		if !ok {
+			g.before = g.w.Value(req.Key)
+			g.cur = g.before
+			continue
+		}
+		before, added, _ := g.w.AddIfAtMost(req.Key, req.Cost, g.ceiling, p.now)
+		g.before, g.cur, g.passable, g.counted = before, before, added, added
+		if added {
+			g.cur = before + req.Cost
+		}
+		ok = added
+	}
+	for i := range p.buckets {
+		b := &p.buckets[i]
+		if !ok {
+			p.readBucket(b)
+			continue
+		}
+		ok = p.takeBucket(b)
+	}
+	if !ok {
+		p.refund()
+		return false
+	}
+	for i := range p.buckets {
+		b := &p.buckets[i]
+		b.t.AddPending(req.Key, req.Cost, b.rate, p.now)
+	}
+	return true
+}
+
+// peek judges a request of cost 0: it counts nothing.
+func (p *plan) peek() bool {
+	ok := true
+	for i := range p.groups {
+		g := &p.groups[i]
+		g.before = g.w.Value(p.req.Key)
+		g.cur = g.before
+		g.passable = g.before <= g.ceiling
+		ok = ok && g.passable
+	}
+	for i := range p.buckets {
+		b := &p.buckets[i]
+		p.readBucket(b)
+		ok = ok && b.passable
+	}
+	return ok
+}
+
+// readBucket reads b's state at p.now into before and after.
+func (p *plan) readBucket(b *bgroup) {
+	b.before = bucketState{rate: b.rate, window: b.t.Window(), origin: p.now}
+	if bk := b.t.Get(p.req.Key, b.rate, p.now); bk != nil {
+		for {
+			word, _, alive := b.t.Level(bk, p.now)
+			if alive {
+				b.before.base, b.before.origin = math.Float64frombits(word), b.t.Epoch()
+				break
+			}
+			if bk = b.t.Get(p.req.Key, b.rate, p.now); bk == nil {
+				break
+			}
+		}
+	}
+	b.after = b.before
+	b.passable = strategy.BucketFits(b.before.level(p.now), p.req.Cost, b.burst, b.t.Window())
+}
+
+// takeBucket takes the request's cost from b when it fits, with one
+// compare-and-swap of the bucket's word (again when another request changed
+// it meanwhile). A dict too full to hold the bucket judges it empty and
+// counts nothing, as for a window counter it cannot make.
+func (p *plan) takeBucket(b *bgroup) bool {
+	key, cost, now := p.req.Key, p.req.Cost, p.now
+	st := bucketState{rate: b.rate, window: b.t.Window(), origin: b.t.Epoch()}
+	for {
+		bk := b.t.Get(key, b.rate, now)
+		if bk == nil {
+			b.before = bucketState{rate: b.rate, window: b.t.Window(), origin: now}
+			b.after, b.passable = b.before, true
+			return true
+		}
+		word, level, alive := b.t.Level(bk, now)
+		if !alive {
+			continue
+		}
+		st.base = math.Float64frombits(word)
+		b.before, b.after = st, st
+		if b.passable = strategy.BucketFits(level, cost, b.burst, st.window); !b.passable {
+			return false
+		}
+		if nw, ok := b.t.Add(bk, word, cost, now); ok {
+			b.after.base, b.counted = math.Float64frombits(nw), true
+			return true
+		}
+	}
+}
+
+// checkPenalty is Kong's order: by ascending limit, count the request in
+// each window until a limit denies it, that one included. Window limits
+// only.
+func (in *Instance) checkPenalty(p *plan) bool {
+	defer in.lock(p.req.Key, p.parts()).unlock()
+	return penalize(p, counter{now: p.now}) == nil && !denied(p)
+}
+
+// counter counts a request in a group's window: on this node, or through
+// the store when syncer is set (synchronous namespaces).
+type counter struct {
+	now    int64
+	ctx    context.Context
+	syncer interface {
+		Hit(context.Context, *shm.Window, string, float64) (strategy.Totals, error)
+	}
+}
+
+func (c counter) count(g *group, key string, cost float64) error {
+	if c.syncer == nil {
+		_, g.cur = g.w.Add(key, cost, c.now)
+		return nil
+	}
+	t, err := c.syncer.Hit(c.ctx, g.w, key, cost)
+	if err != nil {
+		return err
+	}
+	g.cur, g.prev = t.Current, t.Previous
+	return nil
+}
+
+// penalize counts the request, with count, in the windows of the limits by
+// ascending limit until one denies it, that one included; the other windows
+// are read. A count error stops it.
+func penalize(p *plan, c counter) error {
+	req := p.req
+	var buf [stackLimits]int
+	order := buf[:0]
+	if len(req.Limits) > stackLimits {
+		order = make([]int, 0, len(req.Limits))
+	}
+	for i := range req.Limits {
+		order = append(order, i)
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(req.Limits[a].Limit, req.Limits[b].Limit) })
+	for _, i := range order {
+		g := &p.groups[p.idx[i]]
+		if !g.counted {
+			if err := c.count(g, req.Key, req.Cost); err != nil {
+				return err
+			}
+			g.before, g.counted = g.cur-req.Cost, true
+		}
+		if !strategy.WindowFits(g.before, g.prev, req.Cost, req.Limits[i].Limit, g.sr.Size(), g.e, req.Limits[i].fixed()) {
+			break
+		}
+	}
+	for i := range p.groups {
+		if g := &p.groups[i]; !g.counted {
+			g.before = g.w.Value(req.Key)
+			g.cur = g.before
+		}
+	}
+	return nil
+}
+
+// denied reports whether a limit, judged on its window before the request
+// was counted, refuses it.
+func denied(p *plan) bool {
+	for i, l := range p.req.Limits {
+		if g := &p.groups[p.idx[i]]; g.counted && !strategy.WindowFits(g.before, g.prev, p.req.Cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkInStore decides the request in the store, atomically with its count
+// (strategy.Checker), and reports ok=false when the store could not decide.
+// The syncer first pushes this node's hits of the key that the store has
+// not seen, so the store decides on all of them.
+func (in *Instance) checkInStore(ctx context.Context, p *plan) (allowed, ok bool, err error) {
+	req := p.req
+	var (
+		lbuf [stackLimits]strategy.CheckLimit
+		wbuf [stackLimits]*shm.Window
+		bbuf [stackLimits]*shm.Buckets
+	)
+	limits, windows, tables := lbuf[:0], wbuf[:0], bbuf[:0]
+	for i, l := range req.Limits {
+		if j := p.idx[i]; j >= 0 {
+			limits = append(limits, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Fixed: l.fixed()})
+			windows, tables = append(windows, p.groups[j].w), append(tables, nil)
+			continue
+		}
+		b := &p.buckets[-1-p.idx[i]]
+		limits = append(limits, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Kind: uint8(l.Algorithm), Burst: b.burst})
+		windows, tables = append(windows, nil), append(tables, b.t)
+	}
+	c := strategy.Check{Namespace: p.n.cfg.Name, Key: req.Key, Cost: req.Cost, Now: time.UnixMilli(p.now), Limits: limits}
+	res, ok, err := p.n.syncer.Check(ctx, c, windows, tables)
+	if err != nil || !ok {
+		return false, false, err
+	}
+	for i, t := range res.Totals {
+		if j := p.idx[i]; j < 0 {
+			b := &p.buckets[-1-j]
+			st := res.Buckets[i]
+			b.after = bucketState{base: st.Level, origin: st.At, rate: b.rate, window: b.t.Window()}
+			b.before, b.counted = b.after, res.Allowed
+			continue
+		}
+		g := &p.groups[p.idx[i]]
+		g.prev, g.counted = t.Previous, res.Allowed
+		if c := g.w.Counter(req.Key); c != nil {
+			g.cur = c.Value() // the store's count plus this node's unpushed hits
+		} else {
+			g.cur = t.Current
+		}
+		g.before = g.cur
+		if res.Allowed {
+			g.before = g.cur - req.Cost
+		}
+	}
+	return res.Allowed, true, nil
+}
+
+// checkNearLimit (NearLimit namespaces) decides on this node while every
+// limit is far, and in the store, atomically with the count, as soon as one
+// is near: until this node's first fetch in the current window (its view
+// of the previous window may miss other nodes' last hits); when the key's
+// previous window held at least half the limit (a busy key: every admission
+// of the window goes to the store); when its rate is within reach of the
+// limit: twice what the key's current window shows it gains in one sync
+// interval plus a store round trip, and at least a quarter of the limit;
+// and for a bucket, when fewer tokens than a quarter of its capacity, or
+// than twice what refills in that reach, would be left. A request this
+// node's view already refuses is refused here, without asking.
+func (in *Instance) checkNearLimit(ctx context.Context, p *plan) (bool, error) {
+	n, req := p.n, p.req
+	reach := float64((n.cfg.SyncRate + n.syncer.RTT()).Milliseconds())
+	near := false
+	for i, l := range req.Limits {
+		if j := p.idx[i]; j < 0 {
+			b := &p.buckets[-1-j]
+			p.readBucket(b)
+			if !b.passable {
+				return in.checkLocal(p), nil
+			}
+			w := float64(b.t.Window())
+			left := b.burst - b.before.level(p.now)/w - req.Cost
+			near = near || left < max(b.burst/4, 2*b.rate*reach/w)
+			continue
+		}
+		g := &p.groups[p.idx[i]]
+		cur := g.w.Value(req.Key)
+		if !strategy.WindowFits(cur, g.prev, req.Cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
+			return in.checkLocal(p), nil // refused by the view: no need to ask
+		}
+		rate := cur
+		if !l.fixed() {
+			rate += g.prev * weight(g.e, 0, g.sr.Size())
+		}
+		perMs := cur / float64(max(g.e, 1))
+		switch {
+		case n.syncer.LastFetch() < g.w.Start():
+			near = true // no fetch yet in this window: "busy" cannot be judged
+		case g.prev >= l.Limit/2 || rate+req.Cost > l.Limit-max(2*perMs*reach, l.Limit/4):
+			near = true
+		}
+	}
+	if near {
+		allowed, ok, err := in.checkInStore(ctx, p)
+		if err != nil || ok {
+			return allowed, err
+		}
+	}
+	return in.checkLocal(p), nil
+}
+
+// checkSynchronous decides in the store, in one atomic step with the
+// count, when the store can (strategy.Checker): N nodes never admit more
+// than a limit between them. When the store cannot answer, it decides on
+// this node's counts (pushed later). With penalty, or a store without
+// Checker (window limits only), it decides on this node's view, which holds
+// the store's totals as of its last synchronous call, then counts through
+// the store (Kong's synchronous mode, with its race between nodes).
+func (in *Instance) checkSynchronous(ctx context.Context, p *plan) (bool, error) {
+	req := p.req
+	if !req.Penalty && req.Cost > 0 && p.n.syncer.CanCheck() {
+		allowed, ok, err := in.checkInStore(ctx, p)
+		if err != nil || ok {
+			return allowed, err
+		}
+		return in.checkLocal(p), nil
+	}
+	hit := counter{ctx: ctx, syncer: p.n.syncer}
+	if req.Penalty {
+		if err := penalize(p, hit); err != nil {
+			return false, err
+		}
+		return !denied(p), nil
+	}
+	if ok := p.peek(); !ok || req.Cost == 0 {
+		return ok, nil
+	}
+	for i := range p.groups {
+		g := &p.groups[i]
+		if err := hit.count(g, req.Key, req.Cost); err != nil {
+			return false, err
+		}
+		g.before, g.counted = g.cur-req.Cost, true
+	}
+	return true, nil
+}

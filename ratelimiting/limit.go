@@ -1,0 +1,161 @@
+package ratelimiting
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/ratesync/ratesync/namespace"
+)
+
+// Algorithm is how a Limit counts.
+type Algorithm uint8
+
+const (
+	SlidingWindow  Algorithm = iota // default: Kong's sliding window counter
+	FixedWindow                     // epoch-aligned fixed window; Limit.Fixed = true means the same
+	AnchoredWindow                  // fixed window that starts at a key's first counted hit
+	SlidingLog                      // moving window: each admitted hit weighs for exactly Window
+	TokenBucket                     // refills Limit per Window, up to Burst tokens; GCRA inside
+	LeakyBucket                     // a level that drains Limit per Window, capacity Burst
+)
+
+var algorithmNames = [...]string{"sliding_window", "fixed_window", "anchored", "sliding_log", "token_bucket", "leaky_bucket"}
+
+// String returns the algorithm's name as the node's configuration spells it.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm returns the algorithm of a name String returns; "" is
+// SlidingWindow.
+func ParseAlgorithm(s string) (Algorithm, bool) {
+	if s == "" {
+		return SlidingWindow, true
+	}
+	for i, n := range algorithmNames {
+		if n == s {
+			return Algorithm(i), true
+		}
+	}
+	return 0, false
+}
+
+// bucket reports whether the algorithm is a bucket.
+func (a Algorithm) bucket() bool { return a == TokenBucket || a == LeakyBucket }
+
+// Limit is one limit a request is checked against.
+type Limit struct {
+	// Limit is the hits allowed per Window; for buckets the sustained
+	// rate, Limit per Window.
+	Limit float64
+	// Window is the window size, whole milliseconds: for SlidingWindow
+	// and FixedWindow one of the namespace's window sizes; for buckets any
+	// duration up to namespace.MaxWindowSize.
+	Window time.Duration
+	// Fixed counts in fixed windows: with Algorithm SlidingWindow (the
+	// zero value) or FixedWindow it means FixedWindow.
+	Fixed     bool
+	Algorithm Algorithm
+	// Burst is a bucket's capacity (TokenBucket, LeakyBucket); 0 means
+	// Limit. It must be 0 for window algorithms.
+	Burst float64
+}
+
+// fixed reports whether a window limit counts in fixed windows.
+func (l Limit) fixed() bool { return l.Fixed || l.Algorithm == FixedWindow }
+
+// burst returns a bucket's capacity.
+func (l Limit) burst() float64 {
+	if l.Burst == 0 {
+		return l.Limit
+	}
+	return l.Burst
+}
+
+// LimitState is one limit's part of a Decision.
+type LimitState struct {
+	Limit Limit
+	// Rate is what counts against the limit after the decision (the
+	// request's cost included when it was counted): a window's sliding (or
+	// fixed) count; a bucket's level, Burst minus its tokens, which is
+	// above Burst while the bucket is in debt.
+	Rate float64
+	// Remaining is the largest whole cost that would pass this limit now:
+	// for windows floor(Limit - Rate), for buckets floor(tokens), never
+	// negative.
+	Remaining float64
+	// Reset is the time until the hits counted against this limit no longer
+	// weigh on it, if no more come: the end of the window for a fixed
+	// window; for a sliding window, the end of the next window while the
+	// current one has hits, else the end of the current one; for a bucket,
+	// until it is full again (empty, for a leaky bucket).
+	Reset time.Duration
+	// RetryAfter is the time until this limit alone would let the same
+	// request pass, if no more hits come, to the millisecond: retried then
+	// it passes, 1 ms earlier it does not. 0 when it lets it pass now.
+	RetryAfter time.Duration
+	// Allowed reports whether this limit lets the request pass.
+	Allowed bool
+}
+
+// Decision is the answer to Allow and Check.
+type Decision struct {
+	Allowed bool
+	// RetryAfter is when the same request could pass, if no more hits come:
+	// the largest RetryAfter of the limits that deny it, to the
+	// millisecond. 0 when allowed.
+	RetryAfter time.Duration
+	Limits     []LimitState // one per limit, in the order given
+}
+
+// Request is a decision to make: Check's argument.
+type Request struct {
+	Namespace string
+	Key       string
+	Cost      float64 // >= 0; 0 asks without counting
+	Limits    []Limit
+	// Penalty counts denied requests too, as Kong does by default: limits
+	// are taken by ascending Limit, and the request is counted in each
+	// window up to and including the first that denies it. Without it a
+	// denied request is not counted at all. Window limits only.
+	Penalty bool
+}
+
+func limitField(i int, name string) string { return fmt.Sprintf("limits[%d].%s", i, name) }
+
+// validateLimit checks limit i of req on its own: what every namespace
+// refuses.
+func validateLimit(i int, l Limit, cost float64, penalty bool) error {
+	bad := func(field, value, allowed string) error {
+		return &InputError{Field: limitField(i, field), Value: value, Allowed: allowed}
+	}
+	switch {
+	case l.Limit-l.Limit != 0 || l.Limit <= 0: // NaN, ±Inf, <= 0
+		return bad("limit", fmt.Sprint(l.Limit), "must be a finite number > 0")
+	case l.Algorithm > LeakyBucket:
+		return bad("algorithm", l.Algorithm.String(), "must be one of sliding_window, fixed_window, token_bucket, leaky_bucket")
+	case l.Algorithm == AnchoredWindow || l.Algorithm == SlidingLog:
+		return bad("algorithm", l.Algorithm.String(), "is not available in this version: use fixed_window or sliding_window")
+	case l.Fixed && l.Algorithm != SlidingWindow && l.Algorithm != FixedWindow:
+		return bad("fixed", "true", fmt.Sprintf("only applies to sliding_window and fixed_window, not %s", l.Algorithm))
+	case math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) || l.Burst < 0:
+		return bad("burst", fmt.Sprint(l.Burst), "must be a finite number >= 0 (0 means the limit)")
+	case l.Burst != 0 && !l.Algorithm.bucket():
+		return bad("burst", fmt.Sprint(l.Burst), fmt.Sprintf("only applies to token_bucket and leaky_bucket, not %s", l.Algorithm))
+	case l.Algorithm.bucket() && (l.Window <= 0 || l.Window%time.Millisecond != 0 || l.Window > namespace.MaxWindowSize):
+		return bad("window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
+	case l.Algorithm.bucket() && penalty:
+		return bad("algorithm", l.Algorithm.String(), "a bucket cannot count denied requests: drop penalty, or use a window algorithm")
+	}
+	if c := l.burst(); l.Algorithm.bucket() && cost > c {
+		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most the capacity of %s (%v): a larger cost can never pass", limitField(i, "burst"), c)}
+	}
+	if !l.Algorithm.bucket() && cost > l.Limit {
+		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most %s (%v): a larger cost can never pass", limitField(i, "limit"), l.Limit)}
+	}
+	return nil
+}
