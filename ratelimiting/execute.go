@@ -223,6 +223,7 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan) (allowed, ok bool
 			continue
 		}
 		b := &p.buckets[-1-p.idx[i]]
+		b.t.Get(req.Key, b.rate, p.now) // held, so that the store's answer is kept in the view
 		limits = append(limits, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Kind: uint8(l.Algorithm), Burst: b.burst})
 		windows, tables = append(windows, nil), append(tables, b.t)
 	}
