@@ -20,26 +20,6 @@ type windowState struct {
 	size, e   int64
 }
 
-// windowCeiling returns the largest count the current window may reach
-// with a request and still let l pass: the request passes when
-// count before + cost <= ceiling, which is WindowFits exactly (its left
-// side only grows with the count).
-func windowCeiling(prev, limit float64, size, e int64, fixed bool) float64 {
-	if fixed {
-		return limit
-	}
-	fits := func(x float64) bool { return strategy.WindowFits(x, prev, 0, limit, size, e, false) }
-	s := float64(size)
-	x := (float64(limit*s) - float64(prev*float64(size-e))) / s
-	for i := 0; i < 64 && !fits(x); i++ {
-		x = math.Nextafter(x, math.Inf(-1))
-	}
-	for i := 0; i < 64 && fits(math.Nextafter(x, math.Inf(1))); i++ {
-		x = math.Nextafter(x, math.Inf(1))
-	}
-	return x
-}
-
 // windowLimitState builds a window limit's LimitState from its state after
 // the decision; before is the current count before it.
 func windowLimitState(l Limit, st windowState, before, cost float64, allowed bool) LimitState {
@@ -122,27 +102,61 @@ type bucketState struct {
 	window int64 // ms
 }
 
+// level is strategy.BucketLevel of the state at t.
 func (b bucketState) level(t int64) float64 {
-	return strategy.BucketLevel(strategy.BucketState{At: b.origin, Level: b.base}, b.rate, t)
+	elapsed := t - b.origin
+	if elapsed < 0 {
+		elapsed = 0
+	}
+	l := b.base - float64(float64(elapsed)*b.rate)
+	if l < 0 {
+		return 0
+	}
+	return l
 }
 
 // bucketLimitState builds a bucket limit's LimitState at now: before is the
 // state the request was judged on, after the state once counted (the same
 // when it was not).
-func bucketLimitState(l Limit, before, after bucketState, cost float64, now int64, allowed bool) LimitState {
+func bucketLimitState(out *LimitState, l *Limit, before, after *bucketState, cost float64, now int64, allowed bool) {
 	burst, w := l.burst(), float64(after.window)
 	lvl := after.level(now)
-	out := LimitState{Limit: l, Rate: lvl / w}
-	out.Remaining = largestFit(math.Floor(burst-lvl/w), func(c float64) bool { return strategy.BucketFits(lvl, c, burst, after.window) })
+	*out = LimitState{Limit: *l, Rate: lvl / w}
+	out.Remaining = bucketRemaining(lvl, burst, after.window)
 	if lvl > 0 {
-		out.Reset = ms(firstMs(now, func(t int64) bool { return after.level(t) == 0 }, int64(math.Ceil(lvl/after.rate))))
+		out.Reset = ms(after.emptyIn(now, lvl))
 	}
 	out.Allowed = allowed || strategy.BucketFits(before.level(now), cost, burst, before.window)
 	if !out.Allowed {
 		need := before.level(now) + cost*w - burst*w
 		out.RetryAfter = ms(firstMs(now, func(t int64) bool { return strategy.BucketFits(before.level(t), cost, burst, before.window) }, int64(math.Ceil(need/before.rate))))
 	}
-	return out
+}
+
+// bucketRemaining returns the largest whole cost n >= 0 that fits a bucket
+// of capacity burst at level lvl (strategy.BucketFits), 0 when none does.
+func bucketRemaining(lvl, burst float64, window int64) float64 {
+	n := max(0, math.Floor(burst-lvl/float64(window)))
+	for i := 0; i < 64 && n > 0 && !strategy.BucketFits(lvl, n, burst, window); i++ {
+		n--
+	}
+	for i := 0; i < 64 && n+1 != n && strategy.BucketFits(lvl, n+1, burst, window); i++ {
+		n++
+	}
+	return n
+}
+
+// emptyIn returns the least d at which the bucket, at level lvl at now,
+// is empty: level(now + d) == 0.
+func (b bucketState) emptyIn(now int64, lvl float64) int64 {
+	d := int64(math.Ceil(lvl / b.rate))
+	if d > 0 && b.level(now+d-1) == 0 {
+		return firstMs(now, func(t int64) bool { return b.level(t) == 0 }, d)
+	}
+	if b.level(now+d) == 0 {
+		return d
+	}
+	return firstMs(now, func(t int64) bool { return b.level(t) == 0 }, d)
 }
 
 // firstMs returns the least d >= 0 such that ok(now + d), where ok never

@@ -293,3 +293,24 @@ func BenchmarkIncrementScaling(b *testing.B) {
 		})
 	}
 }
+
+// BucketAllowOne is a token bucket's decision on an existing key of a
+// local namespace (AllowOne: no Decision slice), against x/time/rate's
+// Allow, a mutex-guarded token bucket, in the same run (x-xrate).
+func BenchmarkBucketAllowOne(b *testing.B) {
+	in := benchInstance(b, local("ns", time.Second))
+	ctx := context.Background()
+	l := ratelimiting.Limit{Limit: 1e12, Window: time.Second, Algorithm: ratelimiting.TokenBucket, Burst: 1e6}
+	b.ResetTimer()
+	interleaved(b, false, func(int) { in.AllowOne(ctx, "ns", "user:000000000000042", 1, l) })
+}
+
+// BucketAllow is the same decision through Allow, whose Decision holds a
+// slice of limit states (one allocation).
+func BenchmarkBucketAllow(b *testing.B) {
+	in := benchInstance(b, local("ns", time.Second))
+	ctx := context.Background()
+	l := ratelimiting.Limit{Limit: 1e12, Window: time.Second, Algorithm: ratelimiting.TokenBucket, Burst: 1e6}
+	b.ResetTimer()
+	interleaved(b, false, func(int) { in.Allow(ctx, "ns", "user:000000000000042", 1, l) })
+}

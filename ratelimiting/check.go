@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"time"
 
 	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/strategy"
 )
 
 // Allow decides whether a request of cost passes every limit, and counts it
@@ -21,7 +23,6 @@ type group struct {
 	w        *shm.Window
 	prev     float64 // count of the previous window
 	e        int64   // ms into the current window
-	ceiling  float64 // the current count plus cost must stay at most this
 	before   float64 // current count before the request
 	cur      float64 // current count after the decision
 	counted  bool
@@ -45,10 +46,13 @@ type bgroup struct {
 }
 
 // plan is a Check's working state: the limits grouped by what they read,
-// the state read, and what the executor did.
+// the state read, and what the executor did. It holds no pointer that the
+// executors let escape (the namespace and the key travel beside it), so
+// that its arrays stay on the caller's stack.
 type plan struct {
-	req     Request
-	n       *ns
+	cost    float64
+	penalty bool
+	limits  []Limit
 	now     int64
 	groups  []group
 	buckets []bgroup
@@ -72,44 +76,76 @@ const stackLimits = 8
 // a result, not an error; errors are for bad input (ErrInvalidInput),
 // unknown namespaces and a canceled ctx.
 func (in *Instance) Check(ctx context.Context, req Request) (Decision, error) {
+	d := Decision{Limits: make([]LimitState, len(req.Limits))}
+	var err error
+	d.Allowed, d.RetryAfter, err = in.check(ctx, req.Namespace, req.Key, plan{cost: req.Cost, penalty: req.Penalty, limits: req.Limits}, d.Limits)
+	if err != nil {
+		return Decision{}, err
+	}
+	return d, nil
+}
+
+// AllowOne decides a request of cost against one limit, as Allow does, and
+// returns that limit's state, whose Allowed is the decision. It allocates
+// nothing on an existing key: the hot path of a single limit.
+func (in *Instance) AllowOne(ctx context.Context, ns, key string, cost float64, limit Limit) (LimitState, error) {
+	if limit.Algorithm.bucket() {
+		var st LimitState
+		if ok, err := in.allowBucket(&st, ns, key, cost, &limit); ok || err != nil {
+			return st, err
+		}
+	}
+	limits := [1]Limit{limit}
+	var out [1]LimitState
+	if _, _, err := in.check(ctx, ns, key, plan{cost: cost, limits: limits[:]}, out[:]); err != nil {
+		return LimitState{}, err
+	}
+	return out[0], nil
+}
+
+// check is Check of the request p holds (cost, penalty, limits), writing
+// each limit's state into out (len(p.limits)). The namespace and key come
+// apart from p: they escape, p's arrays must not.
+func (in *Instance) check(ctx context.Context, name, key string, p plan, out []LimitState) (allowed bool, retry time.Duration, err error) {
 	var (
 		gbuf [stackLimits]group
 		bbuf [2]bgroup
 		ibuf [stackLimits]int
 	)
-	p := plan{req: req, groups: gbuf[:0], buckets: bbuf[:0], idx: ibuf[:0]}
-	if len(req.Limits) > stackLimits {
-		p.groups, p.idx = make([]group, 0, len(req.Limits)), make([]int, 0, len(req.Limits))
+	p.groups, p.buckets, p.idx = gbuf[:0], bbuf[:0], ibuf[:0]
+	if len(p.limits) > stackLimits {
+		p.groups, p.idx = make([]group, 0, len(p.limits)), make([]int, 0, len(p.limits))
 	}
 	p.now = in.now()
-	if err := in.prepare(&p); err != nil {
-		return Decision{}, err
-	}
-	p.read()
-	allowed, err := in.execute(ctx, &p)
+	n, groups, buckets, idx, err := in.prepare(&p, name)
 	if err != nil {
-		return Decision{}, err
+		return false, 0, err
 	}
-	if p.n.closed() { // the namespace went away meanwhile: see shm.Series.Closed
-		p.refund()
-		return Decision{}, ErrClosed
+	p.groups, p.buckets, p.idx = groups, buckets, idx
+	p.sortGroups()
+	p.read(key)
+	if allowed, err = in.execute(ctx, &p, n, key); err != nil {
+		return false, 0, err
 	}
-	return p.decide(allowed), nil
+	if n.closed() { // the namespace went away meanwhile: see shm.Series.Closed
+		p.refund(key)
+		return false, 0, ErrClosed
+	}
+	return allowed, p.decide(allowed, out), nil
 }
 
 // execute applies the plan with the executor of the namespace's mode and
 // reports whether the request passed.
-func (in *Instance) execute(ctx context.Context, p *plan) (bool, error) {
-	n, req := p.n, p.req
+func (in *Instance) execute(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
 	switch {
 	case n.syncer != nil && n.cfg.SyncRate == 0:
-		return in.checkSynchronous(ctx, p)
-	case n.cfg.NearLimit && !req.Penalty && req.Cost > 0 && n.syncer != nil:
-		return in.checkNearLimit(ctx, p)
-	case req.Penalty:
-		return in.checkPenalty(p), nil
+		return in.checkSynchronous(ctx, p, n, key)
+	case n.cfg.NearLimit && !p.penalty && p.cost > 0 && n.syncer != nil:
+		return in.checkNearLimit(ctx, p, n, key)
+	case p.penalty:
+		return in.checkPenalty(p, key), nil
 	}
-	return in.checkLocal(p), nil
+	return in.checkLocal(p, key), nil
 }
 
 // closed reports whether the namespace was removed.
@@ -120,73 +156,78 @@ func (n *ns) closed() bool {
 	return false
 }
 
-// prepare validates req and groups its limits: window limits by size,
-// bucket limits by algorithm and window.
-func (in *Instance) prepare(p *plan) error {
-	req := p.req
-	if err := checkValue("cost", req.Cost); err != nil {
-		return err
+// prepare validates the request and groups its limits: window limits by
+// size, bucket limits by algorithm and window. It appends to p's slices and
+// returns them (assigning them in p here would let its arrays escape).
+func (in *Instance) prepare(p *plan, name string) (*ns, []group, []bgroup, []int, error) {
+	groups, buckets, idx := p.groups, p.buckets, p.idx
+	if err := checkCost(p.cost); err != nil {
+		return nil, nil, nil, nil, err
 	}
-	if req.Cost < 0 {
-		return &InputError{Field: "cost", Value: fmt.Sprint(req.Cost), Allowed: "must be >= 0 (refund with Increment)"}
+	if len(p.limits) == 0 {
+		return nil, nil, nil, nil, &InputError{Field: "limits", Value: "[]", Allowed: "at least one limit is required"}
 	}
-	if len(req.Limits) == 0 {
-		return &InputError{Field: "limits", Value: "[]", Allowed: "at least one limit is required"}
-	}
-	n, err := in.lookup(req.Namespace)
+	n, err := in.lookup(name)
 	if err != nil {
-		return err
+		return nil, nil, nil, nil, err
 	}
-	p.n = n
-	for i, l := range req.Limits {
-		if err := validateLimit(i, l, req.Cost, req.Penalty); err != nil {
-			return err
+	for i, l := range p.limits {
+		if err := validateLimit(i, &l, p.cost, p.penalty); err != nil {
+			return nil, nil, nil, nil, err
 		}
 		if l.Algorithm.bucket() {
-			j, err := p.addBucket(i, l)
-			if err != nil {
-				return err
+			var j int
+			if buckets, j, err = addBucket(n, buckets, i, l, p.now); err != nil {
+				return nil, nil, nil, nil, err
 			}
-			p.idx = append(p.idx, -1-j)
+			idx = append(idx, -1-j)
 			continue
 		}
 		sr := n.seriesOf(l.Window)
 		if sr == nil {
-			return &InputError{Field: limitField(i, "window"), Value: l.Window.String(), Allowed: fmt.Sprintf("must be one of the window sizes of namespace %q: %v", n.cfg.Name, n.cfg.WindowSizes)}
+			return nil, nil, nil, nil, &InputError{Field: limitField(i, "window"), Value: l.Window.String(), Allowed: fmt.Sprintf("must be one of the window sizes of namespace %q: %v", n.cfg.Name, n.cfg.WindowSizes)}
 		}
 		j := 0
-		for j < len(p.groups) && p.groups[j].sr != sr {
+		for j < len(groups) && groups[j].sr != sr {
 			j++
 		}
-		if j == len(p.groups) {
-			p.groups = append(p.groups, group{sr: sr, ceiling: l.Limit})
+		if j == len(groups) {
+			groups = append(groups, group{sr: sr})
 		}
-		p.idx = append(p.idx, j)
+		idx = append(idx, j)
 	}
-	p.sortGroups()
+	return n, groups, buckets, idx, nil
+}
+
+// checkCost checks a request's cost.
+func checkCost(cost float64) error {
+	if err := checkValue("cost", cost); err != nil {
+		return err
+	}
+	if cost < 0 {
+		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: "must be >= 0 (refund with Increment)"}
+	}
 	return nil
 }
 
-// addBucket finds or adds the bucket group of limit i.
-func (p *plan) addBucket(i int, l Limit) (int, error) {
-	n := p.n
+// addBucket finds or adds the bucket group of limit i in buckets.
+func addBucket(n *ns, buckets []bgroup, i int, l Limit, now int64) ([]bgroup, int, error) {
 	if err := n.bucketsAllowed(); err != nil {
-		return 0, &InputError{Field: limitField(i, "algorithm"), Value: l.Algorithm.String(), Allowed: err.Error()}
+		return nil, 0, &InputError{Field: limitField(i, "algorithm"), Value: l.Algorithm.String(), Allowed: err.Error()}
 	}
-	for j := range p.buckets {
-		b := &p.buckets[j]
+	for j := range buckets {
+		b := &buckets[j]
 		if b.t.Kind() != uint8(l.Algorithm) || b.t.Window() != l.Window.Milliseconds() {
 			continue
 		}
-		if b.rate != l.Limit {
-			return 0, &InputError{Field: limitField(i, "limit"), Value: fmt.Sprint(l.Limit), Allowed: fmt.Sprintf("names the %s of window %v another limit names with limit %v: one bucket has one rate", l.Algorithm, l.Window, b.rate)}
+		if rate := b.rate; rate != l.Limit {
+			return nil, 0, &InputError{Field: limitField(i, "limit"), Value: fmt.Sprint(l.Limit), Allowed: fmt.Sprintf("names the %s of window %v another limit names with limit %v: one bucket has one rate", l.Algorithm, l.Window, rate)}
 		}
 		b.burst = min(b.burst, l.burst())
-		return j, nil
+		return buckets, j, nil
 	}
-	t := n.dict.Buckets(n.cfg.Name, uint8(l.Algorithm), l.Window, n.cfg.Local(), p.now)
-	p.buckets = append(p.buckets, bgroup{t: t, rate: l.Limit, burst: l.burst()})
-	return len(p.buckets) - 1, nil
+	t := n.bucketTable(uint8(l.Algorithm), l.Window, now)
+	return append(buckets, bgroup{t: t, rate: l.Limit, burst: l.burst()}), len(buckets), nil
 }
 
 // sortGroups sorts the window groups by size (insertion sort: a handful),
@@ -208,58 +249,64 @@ func (p *plan) sortGroups() {
 	}
 }
 
-// read takes each window group's windows and ceiling as of p.now.
-func (p *plan) read() {
+// read takes each window group's windows as of p.now.
+func (p *plan) read(key string) {
 	now := p.now
 	for i := range p.groups {
 		g := &p.groups[i]
 		g.w = g.sr.Current(now)
 		g.e = now - g.w.Start()
 		if w := g.w.Prev(); w != nil {
-			g.prev = w.Value(p.req.Key)
-		}
-	}
-	for i, l := range p.req.Limits {
-		if j := p.idx[i]; j >= 0 {
-			g := &p.groups[j]
-			g.ceiling = min(g.ceiling, windowCeiling(g.prev, l.Limit, g.sr.Size(), g.e, l.fixed()))
+			g.prev = w.Value(key)
 		}
 	}
 }
 
-// decide builds the Decision from the state the executor left.
-func (p *plan) decide(allowed bool) Decision {
-	req := p.req
-	d := Decision{Allowed: allowed, Limits: make([]LimitState, len(req.Limits))}
-	for i, l := range req.Limits {
+// fits reports whether a request of cost fits every limit of window group
+// j when its current window holds before: strategy.WindowFits, the
+// comparison every store makes.
+func (p *plan) fits(j int, before, cost float64) bool {
+	g := &p.groups[j]
+	for i, l := range p.limits {
+		if p.idx[i] == j && !strategy.WindowFits(before, g.prev, cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
+			return false
+		}
+	}
+	return true
+}
+
+// decide writes each limit's state, from the state the executor left, into
+// out and returns the Decision's RetryAfter.
+func (p *plan) decide(allowed bool, out []LimitState) (retry time.Duration) {
+	for i, l := range p.limits {
 		var st LimitState
 		if j := p.idx[i]; j >= 0 {
 			g := &p.groups[j]
-			st = windowLimitState(l, g.state(), g.before, req.Cost, allowed)
+			st = windowLimitState(l, g.state(), g.before, p.cost, allowed)
 		} else {
 			b := &p.buckets[-1-j]
-			st = bucketLimitState(l, b.before, b.after, req.Cost, p.now, allowed)
+			bucketLimitState(&st, &l, &b.before, &b.after, p.cost, p.now, allowed)
 		}
 		if !st.Allowed {
-			d.RetryAfter = max(d.RetryAfter, st.RetryAfter)
+			retry = max(retry, st.RetryAfter)
 		}
-		d.Limits[i] = st
+		out[i] = st
 	}
-	return d
+	return retry
 }
 
 // refund takes back what the executor counted on this node.
-func (p *plan) refund() {
+func (p *plan) refund(key string) {
 	for i := range p.groups {
 		if g := &p.groups[i]; g.counted {
-			g.w.Add(p.req.Key, -p.req.Cost, p.now)
+			g.w.Add(key, -p.cost, p.now)
 			g.cur, g.counted = g.before, false
 		}
 	}
 	for i := range p.buckets {
 		if b := &p.buckets[i]; b.counted {
-			if bk := b.t.Get(p.req.Key, b.rate, p.now); bk != nil {
-				b.t.Refund(bk, p.req.Cost)
+			if bk := b.t.Get(key, b.rate, p.now); bk != nil {
+				b.t.Refund(bk, p.cost)
 			}
 			b.after, b.counted = b.before, false
 		}

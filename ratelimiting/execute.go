@@ -20,89 +20,94 @@ import (
 // refuses, those taken before are refunded. It decides on this node's view:
 // local-only counts, or in a namespace that syncs, the store's totals as
 // last read plus this node's hits since.
-func (in *Instance) checkLocal(p *plan) bool {
-	req := p.req
-	if req.Cost == 0 {
-		return p.peek()
+func (in *Instance) checkLocal(p *plan, key string) bool {
+	if p.cost == 0 {
+		return p.peek(key)
 	}
-	defer in.lock(req.Key, p.parts()).unlock()
+	defer in.lock(key, p.parts()).unlock()
 	ok := true
 	for i := range p.groups {
 		g := &p.groups[i]
 		if !ok {
-			g.before = g.w.Value(req.Key)
+			g.before = g.w.Value(key)
 			g.cur = g.before
 			continue
 		}
-		before, added, _ := g.w.AddIfAtMost(req.Key, req.Cost, g.ceiling, p.now)
+		before, added, _ := g.w.AddIf(key, p.cost, func(before float64) bool { return p.fits(i, before, p.cost) }, p.now)
 		g.before, g.cur, g.passable, g.counted = before, before, added, added
 		if added {
-			g.cur = before + req.Cost
+			g.cur = before + p.cost
 		}
 		ok = added
 	}
 	for i := range p.buckets {
 		b := &p.buckets[i]
 		if !ok {
-			p.readBucket(b)
+			p.readBucket(b, key)
 			continue
 		}
-		ok = p.takeBucket(b)
+		ok = p.takeBucket(b, key)
 	}
 	if !ok {
-		p.refund()
+		p.refund(key)
 		return false
 	}
 	for i := range p.buckets {
 		b := &p.buckets[i]
-		b.t.AddPending(req.Key, req.Cost, b.rate, p.now)
+		b.t.AddPending(key, p.cost, b.rate, p.now)
 	}
 	return true
 }
 
 // peek judges a request of cost 0: it counts nothing.
-func (p *plan) peek() bool {
+func (p *plan) peek(key string) bool {
 	ok := true
 	for i := range p.groups {
 		g := &p.groups[i]
-		g.before = g.w.Value(p.req.Key)
+		g.before = g.w.Value(key)
 		g.cur = g.before
-		g.passable = g.before <= g.ceiling
+		g.passable = p.fits(i, g.before, 0)
 		ok = ok && g.passable
 	}
 	for i := range p.buckets {
 		b := &p.buckets[i]
-		p.readBucket(b)
+		p.readBucket(b, key)
 		ok = ok && b.passable
 	}
 	return ok
 }
 
 // readBucket reads b's state at p.now into before and after.
-func (p *plan) readBucket(b *bgroup) {
-	b.before = bucketState{rate: b.rate, window: b.t.Window(), origin: p.now}
-	if bk := b.t.Get(p.req.Key, b.rate, p.now); bk != nil {
+func (p *plan) readBucket(b *bgroup, key string) { b.read(key, p.cost, p.now) }
+
+// takeBucket takes the request's cost from b when it fits.
+func (p *plan) takeBucket(b *bgroup, key string) bool { return b.take(key, p.cost, p.now) }
+
+// read reads the bucket's state at now into before and after, and judges a
+// request of cost on it.
+func (b *bgroup) read(key string, cost float64, now int64) {
+	b.before = bucketState{rate: b.rate, window: b.t.Window(), origin: now}
+	if bk := b.t.Get(key, b.rate, now); bk != nil {
 		for {
-			word, _, alive := b.t.Level(bk, p.now)
+			word, _, alive := b.t.Level(bk, now)
 			if alive {
 				b.before.base, b.before.origin = math.Float64frombits(word), b.t.Epoch()
 				break
 			}
-			if bk = b.t.Get(p.req.Key, b.rate, p.now); bk == nil {
+			if bk = b.t.Get(key, b.rate, now); bk == nil {
 				break
 			}
 		}
 	}
 	b.after = b.before
-	b.passable = strategy.BucketFits(b.before.level(p.now), p.req.Cost, b.burst, b.t.Window())
+	b.passable = strategy.BucketFits(b.before.level(now), cost, b.burst, b.t.Window())
 }
 
-// takeBucket takes the request's cost from b when it fits, with one
-// compare-and-swap of the bucket's word (again when another request changed
-// it meanwhile). A dict too full to hold the bucket judges it empty and
-// counts nothing, as for a window counter it cannot make.
-func (p *plan) takeBucket(b *bgroup) bool {
-	key, cost, now := p.req.Key, p.req.Cost, p.now
+// take takes cost from the bucket when it fits, with one compare-and-swap
+// of the bucket's word (again when another request changed it meanwhile).
+// A dict too full to hold the bucket judges it empty and counts nothing, as
+// for a window counter it cannot make.
+func (b *bgroup) take(key string, cost float64, now int64) bool {
 	st := bucketState{rate: b.rate, window: b.t.Window(), origin: b.t.Epoch()}
 	for {
 		bk := b.t.Get(key, b.rate, now)
@@ -127,12 +132,52 @@ func (p *plan) takeBucket(b *bgroup) bool {
 	}
 }
 
+// allowBucket is AllowOne's executor for one bucket decided on this node
+// (local-only namespaces, and periodic ones without NearLimit): checkLocal
+// for a plan of one bucket, with no plan to build. ok is false when the
+// namespace decides elsewhere (Check's executors then apply).
+func (in *Instance) allowBucket(out *LimitState, name, key string, cost float64, l *Limit) (ok bool, err error) {
+	if err := checkCost(cost); err != nil {
+		return true, err
+	}
+	if err := validateLimit(0, l, cost, false); err != nil {
+		return true, err
+	}
+	n, err := in.lookup(name)
+	if err != nil {
+		return true, err
+	}
+	if n.syncer != nil && (n.cfg.SyncRate == 0 || n.cfg.NearLimit) {
+		return false, nil
+	}
+	if err := n.bucketsAllowed(); err != nil {
+		return true, &InputError{Field: limitField(0, "algorithm"), Value: l.Algorithm.String(), Allowed: err.Error()}
+	}
+	now := in.now()
+	b := bgroup{t: n.bucketTable(uint8(l.Algorithm), l.Window, now), rate: l.Limit, burst: l.burst()}
+	allowed := false
+	if cost == 0 {
+		b.read(key, 0, now)
+		allowed = b.passable
+	} else if allowed = b.take(key, cost, now); allowed {
+		b.t.AddPending(key, cost, b.rate, now)
+	}
+	if n.closed() {
+		if b.counted {
+			b.t.Refund(b.t.Get(key, b.rate, now), cost)
+		}
+		return true, ErrClosed
+	}
+	bucketLimitState(out, l, &b.before, &b.after, cost, now, allowed)
+	return true, nil
+}
+
 // checkPenalty is Kong's order: by ascending limit, count the request in
 // each window until a limit denies it, that one included. Window limits
 // only.
-func (in *Instance) checkPenalty(p *plan) bool {
-	defer in.lock(p.req.Key, p.parts()).unlock()
-	return penalize(p, counter{now: p.now}) == nil && !denied(p)
+func (in *Instance) checkPenalty(p *plan, key string) bool {
+	defer in.lock(key, p.parts()).unlock()
+	return penalize(p, key, counter{now: p.now}) == nil && !denied(p)
 }
 
 // counter counts a request in a group's window: on this node, or through
@@ -161,32 +206,31 @@ func (c counter) count(g *group, key string, cost float64) error {
 // penalize counts the request, with count, in the windows of the limits by
 // ascending limit until one denies it, that one included; the other windows
 // are read. A count error stops it.
-func penalize(p *plan, c counter) error {
-	req := p.req
+func penalize(p *plan, key string, c counter) error {
 	var buf [stackLimits]int
 	order := buf[:0]
-	if len(req.Limits) > stackLimits {
-		order = make([]int, 0, len(req.Limits))
+	if len(p.limits) > stackLimits {
+		order = make([]int, 0, len(p.limits))
 	}
-	for i := range req.Limits {
+	for i := range p.limits {
 		order = append(order, i)
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(req.Limits[a].Limit, req.Limits[b].Limit) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(p.limits[a].Limit, p.limits[b].Limit) })
 	for _, i := range order {
 		g := &p.groups[p.idx[i]]
 		if !g.counted {
-			if err := c.count(g, req.Key, req.Cost); err != nil {
+			if err := c.count(g, key, p.cost); err != nil {
 				return err
 			}
-			g.before, g.counted = g.cur-req.Cost, true
+			g.before, g.counted = g.cur-p.cost, true
 		}
-		if !strategy.WindowFits(g.before, g.prev, req.Cost, req.Limits[i].Limit, g.sr.Size(), g.e, req.Limits[i].fixed()) {
+		if !strategy.WindowFits(g.before, g.prev, p.cost, p.limits[i].Limit, g.sr.Size(), g.e, p.limits[i].fixed()) {
 			break
 		}
 	}
 	for i := range p.groups {
 		if g := &p.groups[i]; !g.counted {
-			g.before = g.w.Value(req.Key)
+			g.before = g.w.Value(key)
 			g.cur = g.before
 		}
 	}
@@ -196,8 +240,8 @@ func penalize(p *plan, c counter) error {
 // denied reports whether a limit, judged on its window before the request
 // was counted, refuses it.
 func denied(p *plan) bool {
-	for i, l := range p.req.Limits {
-		if g := &p.groups[p.idx[i]]; g.counted && !strategy.WindowFits(g.before, g.prev, p.req.Cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
+	for i, l := range p.limits {
+		if g := &p.groups[p.idx[i]]; g.counted && !strategy.WindowFits(g.before, g.prev, p.cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
 			return true
 		}
 	}
@@ -208,27 +252,26 @@ func denied(p *plan) bool {
 // (strategy.Checker), and reports ok=false when the store could not decide.
 // The syncer first pushes this node's hits of the key that the store has
 // not seen, so the store decides on all of them.
-func (in *Instance) checkInStore(ctx context.Context, p *plan) (allowed, ok bool, err error) {
-	req := p.req
+func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string) (allowed, ok bool, err error) {
 	var (
 		lbuf [stackLimits]strategy.CheckLimit
 		wbuf [stackLimits]*shm.Window
 		bbuf [stackLimits]*shm.Buckets
 	)
 	limits, windows, tables := lbuf[:0], wbuf[:0], bbuf[:0]
-	for i, l := range req.Limits {
+	for i, l := range p.limits {
 		if j := p.idx[i]; j >= 0 {
 			limits = append(limits, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Fixed: l.fixed()})
 			windows, tables = append(windows, p.groups[j].w), append(tables, nil)
 			continue
 		}
 		b := &p.buckets[-1-p.idx[i]]
-		b.t.Get(req.Key, b.rate, p.now) // held, so that the store's answer is kept in the view
+		b.t.Get(key, b.rate, p.now) // held, so that the store's answer is kept in the view
 		limits = append(limits, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Kind: uint8(l.Algorithm), Burst: b.burst})
 		windows, tables = append(windows, nil), append(tables, b.t)
 	}
-	c := strategy.Check{Namespace: p.n.cfg.Name, Key: req.Key, Cost: req.Cost, Now: time.UnixMilli(p.now), Limits: limits}
-	res, ok, err := p.n.syncer.Check(ctx, c, windows, tables)
+	c := strategy.Check{Namespace: n.cfg.Name, Key: key, Cost: p.cost, Now: time.UnixMilli(p.now), Limits: limits}
+	res, ok, err := n.syncer.Check(ctx, c, windows, tables)
 	if err != nil || !ok {
 		return false, false, err
 	}
@@ -242,14 +285,14 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan) (allowed, ok bool
 		}
 		g := &p.groups[p.idx[i]]
 		g.prev, g.counted = t.Previous, res.Allowed
-		if c := g.w.Counter(req.Key); c != nil {
+		if c := g.w.Counter(key); c != nil {
 			g.cur = c.Value() // the store's count plus this node's unpushed hits
 		} else {
 			g.cur = t.Current
 		}
 		g.before = g.cur
 		if res.Allowed {
-			g.before = g.cur - req.Cost
+			g.before = g.cur - p.cost
 		}
 	}
 	return res.Allowed, true, nil
@@ -266,26 +309,25 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan) (allowed, ok bool
 // and for a bucket, when fewer tokens than a quarter of its capacity, or
 // than twice what refills in that reach, would be left. A request this
 // node's view already refuses is refused here, without asking.
-func (in *Instance) checkNearLimit(ctx context.Context, p *plan) (bool, error) {
-	n, req := p.n, p.req
+func (in *Instance) checkNearLimit(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
 	reach := float64((n.cfg.SyncRate + n.syncer.RTT()).Milliseconds())
 	near := false
-	for i, l := range req.Limits {
+	for i, l := range p.limits {
 		if j := p.idx[i]; j < 0 {
 			b := &p.buckets[-1-j]
-			p.readBucket(b)
+			p.readBucket(b, key)
 			if !b.passable {
-				return in.checkLocal(p), nil
+				return in.checkLocal(p, key), nil
 			}
 			w := float64(b.t.Window())
-			left := b.burst - b.before.level(p.now)/w - req.Cost
+			left := b.burst - b.before.level(p.now)/w - p.cost
 			near = near || left < max(b.burst/4, 2*b.rate*reach/w)
 			continue
 		}
 		g := &p.groups[p.idx[i]]
-		cur := g.w.Value(req.Key)
-		if !strategy.WindowFits(cur, g.prev, req.Cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
-			return in.checkLocal(p), nil // refused by the view: no need to ask
+		cur := g.w.Value(key)
+		if !strategy.WindowFits(cur, g.prev, p.cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
+			return in.checkLocal(p, key), nil // refused by the view: no need to ask
 		}
 		rate := cur
 		if !l.fixed() {
@@ -295,17 +337,17 @@ func (in *Instance) checkNearLimit(ctx context.Context, p *plan) (bool, error) {
 		switch {
 		case n.syncer.LastFetch() < g.w.Start():
 			near = true // no fetch yet in this window: "busy" cannot be judged
-		case g.prev >= l.Limit/2 || rate+req.Cost > l.Limit-max(2*perMs*reach, l.Limit/4):
+		case g.prev >= l.Limit/2 || rate+p.cost > l.Limit-max(2*perMs*reach, l.Limit/4):
 			near = true
 		}
 	}
 	if near {
-		allowed, ok, err := in.checkInStore(ctx, p)
+		allowed, ok, err := in.checkInStore(ctx, p, n, key)
 		if err != nil || ok {
 			return allowed, err
 		}
 	}
-	return in.checkLocal(p), nil
+	return in.checkLocal(p, key), nil
 }
 
 // checkSynchronous decides in the store, in one atomic step with the
@@ -315,31 +357,30 @@ func (in *Instance) checkNearLimit(ctx context.Context, p *plan) (bool, error) {
 // Checker (window limits only), it decides on this node's view, which holds
 // the store's totals as of its last synchronous call, then counts through
 // the store (Kong's synchronous mode, with its race between nodes).
-func (in *Instance) checkSynchronous(ctx context.Context, p *plan) (bool, error) {
-	req := p.req
-	if !req.Penalty && req.Cost > 0 && p.n.syncer.CanCheck() {
-		allowed, ok, err := in.checkInStore(ctx, p)
+func (in *Instance) checkSynchronous(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
+	if !p.penalty && p.cost > 0 && n.syncer.CanCheck() {
+		allowed, ok, err := in.checkInStore(ctx, p, n, key)
 		if err != nil || ok {
 			return allowed, err
 		}
-		return in.checkLocal(p), nil
+		return in.checkLocal(p, key), nil
 	}
-	hit := counter{ctx: ctx, syncer: p.n.syncer}
-	if req.Penalty {
-		if err := penalize(p, hit); err != nil {
+	hit := counter{ctx: ctx, syncer: n.syncer}
+	if p.penalty {
+		if err := penalize(p, key, hit); err != nil {
 			return false, err
 		}
 		return !denied(p), nil
 	}
-	if ok := p.peek(); !ok || req.Cost == 0 {
+	if ok := p.peek(key); !ok || p.cost == 0 {
 		return ok, nil
 	}
 	for i := range p.groups {
 		g := &p.groups[i]
-		if err := hit.count(g, req.Key, req.Cost); err != nil {
+		if err := hit.count(g, key, p.cost); err != nil {
 			return false, err
 		}
-		g.before, g.counted = g.cur-req.Cost, true
+		g.before, g.counted = g.cur-p.cost, true
 	}
 	return true, nil
 }

@@ -130,7 +130,33 @@ type ns struct {
 	dict   *shm.Dict
 	sizes  []time.Duration // ascending, parallel to series
 	series []*shm.Series
-	syncer *syncer.Syncer // nil when local-only
+	syncer *syncer.Syncer                 // nil when local-only
+	tables atomic.Pointer[[]*shm.Buckets] // bucket tables looked up so far (see bucketTable)
+}
+
+// bucketTable returns n's table of buckets of kind and window: a scan of
+// the tables used so far, and the dict's lookup the first time.
+func (n *ns) bucketTable(kind uint8, window time.Duration, now int64) *shm.Buckets {
+	w := window.Milliseconds()
+	if ts := n.tables.Load(); ts != nil {
+		for _, t := range *ts {
+			if t.Kind() == kind && t.Window() == w {
+				return t
+			}
+		}
+	}
+	t := n.dict.Buckets(n.cfg.Name, kind, window, n.cfg.Local(), now)
+	for {
+		old := n.tables.Load()
+		var ts []*shm.Buckets
+		if old != nil {
+			ts = append(ts, *old...)
+		}
+		ts = append(ts, t)
+		if n.tables.CompareAndSwap(old, &ts) {
+			return t
+		}
+	}
 }
 
 // bucketsAllowed returns why n cannot hold buckets, nil when it can: a

@@ -66,10 +66,10 @@ type Limit struct {
 }
 
 // fixed reports whether a window limit counts in fixed windows.
-func (l Limit) fixed() bool { return l.Fixed || l.Algorithm == FixedWindow }
+func (l *Limit) fixed() bool { return l.Fixed || l.Algorithm == FixedWindow }
 
 // burst returns a bucket's capacity.
-func (l Limit) burst() float64 {
+func (l *Limit) burst() float64 {
 	if l.Burst == 0 {
 		return l.Limit
 	}
@@ -129,7 +129,7 @@ func limitField(i int, name string) string { return fmt.Sprintf("limits[%d].%s",
 
 // validateLimit checks limit i of req on its own: what every namespace
 // refuses.
-func validateLimit(i int, l Limit, cost float64, penalty bool) error {
+func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 	bad := func(field, value, allowed string) error {
 		return &InputError{Field: limitField(i, field), Value: value, Allowed: allowed}
 	}

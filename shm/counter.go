@@ -121,6 +121,12 @@ func (c *Counter) add(v float64) (after float64, wasZero, alive bool) {
 // diff went from zero to non-zero), and alive=false when the counter is
 // dead.
 func (c *Counter) addIfAtMost(v, ceiling float64) (before float64, added, list, alive bool) {
+	return c.addIf(v, func(before float64) bool { return before+v <= ceiling })
+}
+
+// addIf adds v to diff only when fits(the counter's value), judged on the
+// value at the instant of the add; otherwise as addIfAtMost.
+func (c *Counter) addIf(v float64, fits func(before float64) bool) (before float64, added, list, alive bool) {
 	for {
 		old := c.loadDiff()
 		if old == dead {
@@ -129,7 +135,7 @@ func (c *Counter) addIfAtMost(v, ceiling float64) (before float64, added, list, 
 		s := c.sync.Load()
 		d := math.Float64frombits(old)
 		before = d + math.Float64frombits(s)
-		if before+v > ceiling {
+		if !fits(before) {
 			if c.diff.Load() == old && c.sync.Load() == s {
 				return before, false, list, true
 			}

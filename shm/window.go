@@ -113,15 +113,23 @@ func (w *Window) Add(key string, v float64, now int64) (*Counter, float64) {
 // counter (nil when the dict is full; the hit is then judged against a zero
 // count and not counted).
 func (w *Window) AddIfAtMost(key string, v, ceiling float64, now int64) (before float64, added bool, c *Counter) {
+	return w.AddIf(key, v, func(before float64) bool { return before+v <= ceiling }, now)
+}
+
+// AddIf adds v to key's diff only when fits(the counter's value), judged on
+// the value at the instant of the add (fits is called again when the
+// counter changed meanwhile; it must not keep its argument). It returns as
+// AddIfAtMost; a full dict judges fits(0).
+func (w *Window) AddIf(key string, v float64, fits func(before float64) bool, now int64) (before float64, added bool, c *Counter) {
 	for {
 		var ok bool
 		c, ok = w.m().Load(key)
 		if !ok || c.isDead() {
 			if c = w.create(key, now); c == nil {
-				return 0, v <= ceiling, nil
+				return 0, fits(0), nil
 			}
 		}
-		before, added, wasZero, alive := c.addIfAtMost(v, ceiling)
+		before, added, wasZero, alive := c.addIf(v, fits)
 		if !alive {
 			continue
 		}
