@@ -60,6 +60,49 @@ func BenchmarkMemoryPerCounter(b *testing.B) {
 	b.ReportMetric(per/perMap, "x-map")
 }
 
+// MemoryPerBucket measures the heap one token bucket costs: 1,000,000
+// 20-byte keys, one bucket each, after GC, beside a map[string]int64 that
+// owns copies of the same keys (B/bucket-map).
+func BenchmarkMemoryPerBucket(b *testing.B) {
+	const n = 1_000_000
+	keys := benchKeys(n)
+	clk := newClock(t0)
+	ctx := context.Background()
+	l := ratelimiting.Limit{Limit: 10, Window: time.Second, Algorithm: ratelimiting.TokenBucket}
+	var per, perMap float64
+	for b.Loop() {
+		before := heapAlloc()
+		in := ratelimiting.NewInstance("mem", ratelimiting.WithClock(clk.Now), quiet)
+		cfg := local("ns", time.Minute)
+		cfg.DictCapacity = 2 * n
+		if err := in.New(cfg); err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys {
+			if _, err := in.AllowOne(ctx, "ns", k, 1, l); err != nil {
+				b.Fatal(err)
+			}
+		}
+		per = (heapAlloc() - before) / n
+		if got := in.Stats()[0].Dict.Entries; got != n {
+			b.Fatalf("%d buckets, want %d", got, n)
+		}
+		in.Close(ctx)
+		in = nil
+
+		before = heapAlloc()
+		m := make(map[string]int64)
+		for _, k := range keys {
+			m[strings.Clone(k)]++
+		}
+		perMap = (heapAlloc() - before) / n
+		runtime.KeepAlive(m)
+	}
+	b.ReportMetric(per, "B/bucket")
+	b.ReportMetric(perMap, "B/bucket-map")
+	b.ReportMetric(per/perMap, "x-map")
+}
+
 // FloodBoundedMemory floods a dict of capacity 100,000 with 10,000,000
 // distinct keys while 100 hot keys keep being hit, and reports the heap
 // after the flood over the heap at 100,000 live counters (heap-ratio), the

@@ -12,6 +12,10 @@
 //
 // at millisecond resolution. Allow (and Check) decide a request against one
 // or more limits at once, all or nothing, and count it only when it passes.
+// A limit counts with one of the Algorithms: sliding or fixed windows on
+// the namespace's window sizes, or token and leaky buckets (GCRA) of any
+// window. Every mode decides exactly: a request that fits exactly passes,
+// and RetryAfter is exact to the millisecond.
 //
 // ratelimiting owns the arithmetic of windows and limits; shm owns the
 // counters, syncer the traffic with the store, namespace the configuration.

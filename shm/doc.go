@@ -40,6 +40,13 @@
 // marks a counter dead before deleting it, and an increment that meets a dead
 // counter looks it up again, so no concurrent increment is lost.
 //
+// Buckets (bucket.go): a dict also holds token and leaky buckets, one table
+// per namespace, kind and window, made on first use. A bucket is one float64
+// word changed by compare-and-swap (GCRA's theoretical arrival time, scaled
+// by the bucket's rate), plus, in namespaces that sync, the cost taken and
+// not yet pushed. Buckets count toward the dict's capacity; an empty bucket
+// holds no information and is expired by the sweep.
+//
 // shm knows nothing of stores, namespaces' configuration or limits: it is
 // the data structure the syncer and the ratelimiting package share.
 package shm

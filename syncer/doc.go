@@ -31,6 +31,8 @@
 //     batches in flight, Seq numbering, acknowledgement, the in-flight
 //     amount of each counter;
 //   - fetch.go: reading the store's totals into the node's view;
+//   - buckets.go: buckets' pending cost as bucket diffs, and the store's
+//     buckets read back into the node's view;
 //   - health.go: the store's down state and back-off;
 //   - periodic.go: the periodic loop (ticker, sync, purge) and the
 //     ownership of the background goroutine;
