@@ -13,60 +13,6 @@ import (
 	"github.com/ratesync/ratesync/strategy/memory"
 )
 
-// toLimits converts the model's limits.
-func toLimits(ls []refmodel.Limit) []ratelimiting.Limit {
-	out := make([]ratelimiting.Limit, len(ls))
-	for i, l := range ls {
-		a := [...]ratelimiting.Algorithm{ratelimiting.SlidingWindow, ratelimiting.FixedWindow, ratelimiting.TokenBucket, ratelimiting.LeakyBucket}[l.Kind]
-		out[i] = ratelimiting.Limit{Limit: l.Limit, Window: l.Window, Algorithm: a, Burst: l.Burst}
-	}
-	return out
-}
-
-// sameDecision returns what differs between the instance's decision and the
-// model's, "" when nothing does. It also checks that the decision does not
-// contradict itself.
-func sameDecision(got ratelimiting.Decision, want refmodel.Decision) string {
-	if got.Allowed != want.Allowed || got.RetryAfter != want.RetryAfter {
-		return fmt.Sprintf("allowed %v retry %v, want %v retry %v", got.Allowed, got.RetryAfter, want.Allowed, want.RetryAfter)
-	}
-	denies := false
-	for i, st := range got.Limits {
-		w := want.Limits[i]
-		if st.Allowed != w.Allowed || st.Remaining != w.Remaining || st.RetryAfter != w.RetryAfter {
-			return fmt.Sprintf("limit %d: allowed %v remaining %v retry %v, want %v %v %v", i, st.Allowed, st.Remaining, st.RetryAfter, w.Allowed, w.Remaining, w.RetryAfter)
-		}
-		denies = denies || !st.Allowed
-	}
-	if got.Allowed == denies || (!got.Allowed && got.RetryAfter <= 0) {
-		return fmt.Sprintf("contradicts itself: %+v", got)
-	}
-	return ""
-}
-
-// runTrace runs steps for one key against in's namespace ns and the model,
-// and fails at the first decision that differs. sync, when set, runs after
-// each step (a periodic namespace's push and fetch: with one hit per push,
-// a bucket diff dated by its first hit is exact).
-func runTrace(t *testing.T, in *ratelimiting.Instance, clk *fakeClock, ns string, steps []refmodel.Step, sync func()) {
-	t.Helper()
-	m := refmodel.New()
-	for i, s := range steps {
-		clk.Advance(s.Advance)
-		got, err := in.Allow(context.Background(), ns, "k", s.Cost, toLimits(s.Limits)...)
-		if err != nil {
-			t.Fatalf("step %d: Allow: %v", i, err)
-		}
-		want := m.Decide(clk.Now().UnixMilli(), s.Cost, s.Limits)
-		if diff := sameDecision(got, want); diff != "" {
-			t.Fatalf("step %d (cost %v, limits %+v, at %d): %s", i, s.Cost, s.Limits, clk.Now().UnixMilli(), diff)
-		}
-		if sync != nil {
-			sync()
-		}
-	}
-}
-
 // TestDecisionsMatchTheReference runs random traces of windows and buckets
 // through local, synchronous and periodic namespaces, and compares every
 // decision with the reference model's exact arithmetic: allowed, each
@@ -100,7 +46,8 @@ func TestDecisionsMatchTheReference(t *testing.T) {
 						}
 					}
 				}
-				runTrace(t, in, clk, "ns", refmodel.Trace(r, 200), sync)
+				advance := func(d time.Duration) int64 { clk.Advance(d); return clk.Now().UnixMilli() }
+				refmodel.Run(t, in, advance, "ns", "k", refmodel.Trace(r, 200), sync)
 				_ = in.Close(context.Background())
 			}
 		})

@@ -1,0 +1,56 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/internal/refmodel"
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+)
+
+// TestStoresDecideAsTheReference runs random traces of windows and buckets
+// through a node whose namespaces are synchronous (each decision made by the
+// store) and periodic (decided on the node, pushed and read back after each
+// step), on Redis and PostgreSQL, and compares every decision with the
+// reference model's exact arithmetic.
+func TestStoresDecideAsTheReference(t *testing.T) {
+	traces := 40
+	if testing.Short() {
+		traces = 8
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			store := st.open(t)
+			var ms atomic.Int64
+			ms.Store(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+			in := ratelimiting.NewInstance(t.Name(), ratelimiting.WithClock(func() time.Time { return time.UnixMilli(ms.Load()) }))
+			t.Cleanup(func() { _ = in.Close(context.Background()) })
+			advance := func(d time.Duration) int64 { return ms.Add(d.Milliseconds()) }
+			for seed := range traces {
+				for _, rate := range []time.Duration{namespace.Synchronous, time.Hour} {
+					ns := fmt.Sprintf("exact-%d-%v", seed, rate)
+					cfg := namespace.Config{Name: ns, SyncRate: rate, Strategy: store, WindowSizes: refmodel.Windows}
+					if err := in.New(cfg); err != nil {
+						t.Fatal(err)
+					}
+					var sync func()
+					if rate > 0 {
+						sync = func() {
+							if err := in.Sync(context.Background(), ns); err != nil {
+								t.Fatalf("Sync: %v", err)
+							}
+						}
+					}
+					r := rand.New(rand.NewPCG(uint64(seed), 7))
+					ms.Add(r.Int64N(3_600_000))
+					refmodel.Run(t, in, advance, ns, "k", refmodel.Trace(r, 120), sync)
+				}
+			}
+		})
+	}
+}
