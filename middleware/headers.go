@@ -67,6 +67,9 @@ const maxHeaderValuesPerAnswer = 6
 // field has no sub-second windows, and announcing the quota over a longer
 // window never invites a client to exceed it). r is the remaining quota, t
 // the seconds until it is whole again (LimitState.Reset), rounded up.
+// Every integer is clamped to [0, 999999999999999]: a Structured Field
+// integer has at most 15 digits (RFC 9651), and a client discards a whole
+// field holding a longer one.
 //
 // The X-RateLimit-* headers describe the most constrained limit: the lowest
 // remaining, and on a tie the larger window (Kong's rule); Reset is in
@@ -161,31 +164,37 @@ func MostConstrained(d ratelimiting.Decision) ratelimiting.LimitState {
 	return m
 }
 
-// RetryAfterSeconds returns d.RetryAfter in whole seconds, rounded up, and
-// at least 1: a denied client that retries at once is denied again.
+// RetryAfterSeconds returns d.RetryAfter in whole seconds, rounded up, at
+// least 1 (a denied client that retries at once is denied again) and at
+// most 999999999999999.
 func RetryAfterSeconds(d ratelimiting.Decision) int64 {
 	return ceilSeconds(d.RetryAfter, 1)
 }
 
-// wholeNumber returns f rounded down, clamped to [0, 2^53] so that no
-// float converts out of range.
+// maxHeaderInteger is the largest integer the headers write: a Structured
+// Field integer (RFC 9651) has at most 15 digits. Larger values are
+// written as this.
+const maxHeaderInteger = 999_999_999_999_999
+
+// wholeNumber returns f rounded down, clamped to [0, maxHeaderInteger].
 func wholeNumber(f float64) int64 {
 	switch {
 	case !(f > 0): // also NaN
 		return 0
-	case f >= 1<<53:
-		return 1 << 53
+	case f >= maxHeaderInteger:
+		return maxHeaderInteger
 	}
 	return int64(math.Floor(f))
 }
 
-// ceilSeconds returns d in seconds rounded up, at least least.
+// ceilSeconds returns d in seconds rounded up, at least least, at most
+// maxHeaderInteger.
 func ceilSeconds(d time.Duration, least int64) int64 {
 	s := int64(d / time.Second)
 	if d%time.Second > 0 {
 		s++
 	}
-	return max(s, least)
+	return min(max(s, least), maxHeaderInteger)
 }
 
 // appendItem appends the Structured Field string naming limit i of limits.

@@ -140,3 +140,57 @@ func TestWriteHeadersAllocs(t *testing.T) {
 		t.Errorf("WriteHeaders: %v allocations, want at most 2", allocs)
 	}
 }
+
+// Every integer the headers write fits a Structured Field integer (at
+// most 15 digits): a longer one makes a client discard the whole field.
+func TestWriteHeadersClampsIntegers(t *testing.T) {
+	huge := ratelimiting.Limit{Limit: 1e15, Window: time.Second}
+	tests := []struct {
+		name string
+		d    ratelimiting.Decision
+		want map[string]string
+	}{
+		{
+			name: "a limit of 1e15",
+			d:    ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{{Limit: huge, Remaining: 1e15 - 1, Reset: time.Second}}},
+			want: map[string]string{
+				"RateLimit-Policy":      `"p/1s";q=999999999999999;w=1`,
+				"RateLimit":             `"p/1s";r=999999999999999;t=1`,
+				"X-RateLimit-Remaining": "999999999999999",
+			},
+		},
+		{
+			name: "values far beyond",
+			d:    ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{{Limit: ratelimiting.Limit{Limit: 1e300, Window: time.Second}, Remaining: 1e300}}},
+			want: map[string]string{
+				"RateLimit-Policy":      `"p/1s";q=999999999999999;w=1`,
+				"RateLimit":             `"p/1s";r=999999999999999;t=0`,
+				"X-RateLimit-Remaining": "999999999999999",
+			},
+		},
+		{
+			name: "never negative",
+			d:    ratelimiting.Decision{Limits: []ratelimiting.LimitState{{Limit: huge, Remaining: -5, Reset: -time.Second, RetryAfter: -time.Second}}, RetryAfter: -time.Second},
+			want: map[string]string{
+				"RateLimit":             `"p/1s";r=0;t=0`,
+				"X-RateLimit-Remaining": "0",
+				"X-RateLimit-Reset":     "0",
+				"Retry-After":           "1",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			WriteHeaders(h, "p", tt.d, HeaderOptions{})
+			for k, want := range tt.want {
+				if got := h.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+	if got := wholeNumber(1e15); got != 999_999_999_999_999 {
+		t.Errorf("wholeNumber(1e15) = %d", got)
+	}
+}
