@@ -266,11 +266,9 @@ func appendDecision(buf []byte, d ratelimiting.Decision) []byte {
 		buf = appendFloat(buf, s.Limit.Limit)
 		buf = append(buf, `,"window":"`...)
 		buf = middleware.AppendWindow(buf, s.Limit.Window)
-		if s.Limit.Fixed {
-			buf = append(buf, `","type":"fixed"`...)
-		} else {
-			buf = append(buf, `","type":"sliding"`...)
-		}
+		buf = append(buf, `","type":"`...)
+		buf = append(buf, limitType(s.Limit)...)
+		buf = append(buf, '"')
 		buf = append(buf, `,"remaining":`...)
 		buf = appendFloat(buf, s.Remaining)
 		buf = append(buf, `,"reset_ms":`...)
