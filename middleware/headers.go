@@ -61,16 +61,28 @@ const maxHeaderValuesPerAnswer = 6
 //	X-RateLimit-Reset: 1
 //	Retry-After: 1 (denied only)
 //
-// Items are named "<name>/<window>", with "/fixed" for fixed windows and
-// "#<index>" when two limits would share a name. q is the limit rounded
-// down, w the window in seconds rounded up (a 500ms window is w=1: the
-// field has no sub-second windows, and announcing the quota over a longer
-// window never invites a client to exceed it). r is the remaining quota, t
-// the seconds until it is whole again (LimitState.Reset), rounded up.
+// Items are named "<name>/<window>", with "/fixed" for fixed windows,
+// "/token_bucket" and "/leaky_bucket" for buckets, and "#<index>" when two
+// limits would share a name. q is the limit rounded down, w the window in
+// seconds rounded up (a 500ms window is w=1: the field has no sub-second
+// windows, and announcing the quota over a longer window never invites a
+// client to exceed it). r is the remaining quota, t the seconds until it
+// is whole again (LimitState.Reset), rounded up. For a bucket, q is its
+// capacity (Burst, or Limit when Burst is 0), w the seconds an empty bucket
+// takes to fill (capacity / Limit windows, rounded up, at least 1), r the
+// whole tokens left (the level's room, for a leaky bucket) and t the
+// seconds until it is full (empty) again, rounded up:
+//
+//	RateLimit-Policy: "api/1m/token_bucket";q=20;w=120
+//	RateLimit: "api/1m/token_bucket";r=19;t=6
+//
+// Every integer is clamped to [0, 999999999999999]: a Structured Field
+// integer has at most 15 digits (RFC 9651), and a client discards a whole
+// field holding a longer one.
 //
 // The X-RateLimit-* headers describe the most constrained limit: the lowest
-// remaining, and on a tie the larger window (Kong's rule); Reset is in
-// seconds from now, rounded up. Retry-After is the decision's RetryAfter in
+// remaining, and on a tie the larger window (Kong's rule); Limit is q's
+// number, unrounded; Reset is in seconds from now, rounded up. Retry-After is the decision's RetryAfter in
 // whole seconds, rounded up and at least 1.
 func WriteHeaders(h http.Header, name string, d ratelimiting.Decision, o HeaderOptions) {
 	if o.Hide {
@@ -110,9 +122,9 @@ func WriteHeaders(h http.Header, name string, d ratelimiting.Decision, o HeaderO
 			buf = appendItem(buf, name, d.Limits, i)
 			rl = append(rl, buf[itemStart:]...)
 			buf = append(buf, ";q="...)
-			buf = strconv.AppendInt(buf, wholeNumber(d.Limits[i].Limit.Limit), 10)
+			buf = strconv.AppendInt(buf, wholeNumber(quota(d.Limits[i].Limit)), 10)
 			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, ceilSeconds(d.Limits[i].Limit.Window, 1), 10)
+			buf = strconv.AppendInt(buf, policyWindow(d.Limits[i].Limit), 10)
 			rl = append(rl, ";r="...)
 			rl = strconv.AppendInt(rl, wholeNumber(d.Limits[i].Remaining), 10)
 			rl = append(rl, ";t="...)
@@ -124,7 +136,7 @@ func WriteHeaders(h http.Header, name string, d ratelimiting.Decision, o HeaderO
 	}
 	if fam&FamilyXRateLimit != 0 {
 		m := MostConstrained(d)
-		buf = strconv.AppendFloat(buf, m.Limit.Limit, 'f', -1, 64)
+		buf = strconv.AppendFloat(buf, quota(m.Limit), 'f', -1, 64)
 		mark(HeaderXRateLimitLimit)
 		buf = strconv.AppendInt(buf, wholeNumber(m.Remaining), 10)
 		mark(HeaderXRateLimitRemaining)
@@ -161,31 +173,92 @@ func MostConstrained(d ratelimiting.Decision) ratelimiting.LimitState {
 	return m
 }
 
-// RetryAfterSeconds returns d.RetryAfter in whole seconds, rounded up, and
-// at least 1: a denied client that retries at once is denied again.
+// RetryAfterSeconds returns d.RetryAfter in whole seconds, rounded up, at
+// least 1 (a denied client that retries at once is denied again) and at
+// most 999999999999999.
 func RetryAfterSeconds(d ratelimiting.Decision) int64 {
 	return ceilSeconds(d.RetryAfter, 1)
 }
 
-// wholeNumber returns f rounded down, clamped to [0, 2^53] so that no
-// float converts out of range.
+// maxHeaderInteger is the largest integer the headers write: a Structured
+// Field integer (RFC 9651) has at most 15 digits. Larger values are
+// written as this.
+const maxHeaderInteger = 999_999_999_999_999
+
+// wholeNumber returns f rounded down, clamped to [0, maxHeaderInteger].
 func wholeNumber(f float64) int64 {
 	switch {
 	case !(f > 0): // also NaN
 		return 0
-	case f >= 1<<53:
-		return 1 << 53
+	case f >= maxHeaderInteger:
+		return maxHeaderInteger
 	}
 	return int64(math.Floor(f))
 }
 
-// ceilSeconds returns d in seconds rounded up, at least least.
+// ceilSeconds returns d in seconds rounded up, at least least, at most
+// maxHeaderInteger.
 func ceilSeconds(d time.Duration, least int64) int64 {
 	s := int64(d / time.Second)
 	if d%time.Second > 0 {
 		s++
 	}
-	return max(s, least)
+	return min(max(s, least), maxHeaderInteger)
+}
+
+// bucket reports whether l is a token or leaky bucket.
+func bucket(l ratelimiting.Limit) bool {
+	return l.Algorithm == ratelimiting.TokenBucket || l.Algorithm == ratelimiting.LeakyBucket
+}
+
+// capacity returns a bucket's capacity: Burst, or Limit when Burst is 0.
+func capacity(l ratelimiting.Limit) float64 {
+	if l.Burst == 0 {
+		return l.Limit
+	}
+	return l.Burst
+}
+
+// quota is what q (and X-RateLimit-Limit) announce: a window's limit, a
+// bucket's capacity.
+func quota(l ratelimiting.Limit) float64 {
+	if bucket(l) {
+		return capacity(l)
+	}
+	return l.Limit
+}
+
+// policyWindow is w, in whole seconds, at least 1: a window's size rounded
+// up; for a bucket, the time an empty bucket takes to fill (capacity /
+// Limit windows), rounded up.
+func policyWindow(l ratelimiting.Limit) int64 {
+	if !bucket(l) {
+		return ceilSeconds(l.Window, 1)
+	}
+	// In ms first: with whole numbers the quotient is exact when the fill
+	// time is a whole number of ms, and ceil adds no spurious second.
+	s := math.Ceil(capacity(l) * float64(l.Window.Milliseconds()) / l.Limit / 1000)
+	switch {
+	case s >= maxHeaderInteger:
+		return maxHeaderInteger
+	case !(s >= 1): // also NaN
+		return 1
+	}
+	return int64(s)
+}
+
+// itemSuffix names how l counts, after its window in an item's name:
+// nothing for a sliding window.
+func itemSuffix(l ratelimiting.Limit) string {
+	switch {
+	case l.Algorithm == ratelimiting.TokenBucket:
+		return "/token_bucket"
+	case l.Algorithm == ratelimiting.LeakyBucket:
+		return "/leaky_bucket"
+	case l.Fixed || l.Algorithm == ratelimiting.FixedWindow:
+		return "/fixed"
+	}
+	return ""
 }
 
 // appendItem appends the Structured Field string naming limit i of limits.
@@ -195,11 +268,10 @@ func appendItem(buf []byte, name string, limits []ratelimiting.LimitState, i int
 	buf = appendSFChars(buf, name)
 	buf = append(buf, '/')
 	buf = AppendWindow(buf, l.Window)
-	if l.Fixed {
-		buf = append(buf, "/fixed"...)
-	}
+	suffix := itemSuffix(l)
+	buf = append(buf, suffix...)
 	for j := range i {
-		if o := limits[j].Limit; o.Window == l.Window && o.Fixed == l.Fixed {
+		if o := limits[j].Limit; o.Window == l.Window && itemSuffix(o) == suffix {
 			buf = append(buf, '#')
 			buf = strconv.AppendInt(buf, int64(i), 10)
 			break

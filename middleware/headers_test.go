@@ -108,6 +108,87 @@ func TestWriteHeaders(t *testing.T) {
 	}
 }
 
+func TestWriteHeadersBuckets(t *testing.T) {
+	tb := ratelimiting.Limit{Limit: 10, Window: time.Minute, Algorithm: ratelimiting.TokenBucket, Burst: 20}
+	lb := ratelimiting.Limit{Limit: 2, Window: time.Minute, Algorithm: ratelimiting.LeakyBucket}
+	tests := []struct {
+		name string
+		d    ratelimiting.Decision
+		want map[string]string
+	}{
+		{
+			name: "token bucket: q the capacity, w the time to fill from empty",
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: tb, Rate: 1, Remaining: 19, Reset: 6 * time.Second, Allowed: true},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy":      `"api/1m/token_bucket";q=20;w=120`,
+				"RateLimit":             `"api/1m/token_bucket";r=19;t=6`,
+				"X-RateLimit-Limit":     "20",
+				"X-RateLimit-Remaining": "19",
+				"X-RateLimit-Reset":     "6",
+			},
+		},
+		{
+			name: "leaky bucket denied: burst 0 means the limit; Retry-After rounded up",
+			d: ratelimiting.Decision{RetryAfter: 29999 * time.Millisecond, Limits: []ratelimiting.LimitState{
+				{Limit: lb, Rate: 2, Remaining: 0, Reset: 59999 * time.Millisecond, RetryAfter: 29999 * time.Millisecond},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy":  `"api/1m/leaky_bucket";q=2;w=60`,
+				"RateLimit":         `"api/1m/leaky_bucket";r=0;t=60`,
+				"X-RateLimit-Limit": "2",
+				"Retry-After":       "30",
+			},
+		},
+		{
+			name: "a window and buckets on one window size: one name each, a second token bucket numbered",
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: ratelimiting.Limit{Limit: 100, Window: time.Minute}, Remaining: 99},
+				{Limit: tb, Remaining: 19},
+				{Limit: ratelimiting.Limit{Limit: 10, Window: time.Minute, Algorithm: ratelimiting.TokenBucket, Burst: 5}, Remaining: 4},
+				{Limit: lb, Remaining: 1},
+				{Limit: ratelimiting.Limit{Limit: 5, Window: time.Minute, Algorithm: ratelimiting.FixedWindow}, Remaining: 4},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy": `"api/1m";q=100;w=60, "api/1m/token_bucket";q=20;w=120, "api/1m/token_bucket#2";q=5;w=30, "api/1m/leaky_bucket";q=2;w=60, "api/1m/fixed";q=5;w=60`,
+			},
+		},
+		{
+			name: "fill times rounded up, at least 1",
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: ratelimiting.Limit{Limit: 1000, Window: time.Second, Algorithm: ratelimiting.TokenBucket, Burst: 1}, Remaining: 1},
+				{Limit: ratelimiting.Limit{Limit: 7, Window: time.Minute, Algorithm: ratelimiting.TokenBucket, Burst: 1}, Remaining: 1},
+				{Limit: ratelimiting.Limit{Limit: 3, Window: 1500 * time.Millisecond, Algorithm: ratelimiting.LeakyBucket, Burst: 2.5}, Remaining: 2},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy": `"api/1s/token_bucket";q=1;w=1, "api/1m/token_bucket";q=1;w=9, "api/1500ms/leaky_bucket";q=2;w=2`,
+			},
+		},
+		{
+			name: "a fill time beyond 15 digits is clamped",
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: ratelimiting.Limit{Limit: 1e-9, Window: 876000 * time.Hour, Algorithm: ratelimiting.TokenBucket, Burst: 1e15}, Remaining: 1e15, Reset: 876000 * time.Hour},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy": `"api/876000h/token_bucket";q=999999999999999;w=999999999999999`,
+				"RateLimit":        `"api/876000h/token_bucket";r=999999999999999;t=3153600000`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			WriteHeaders(h, "api", tt.d, HeaderOptions{})
+			for k, want := range tt.want {
+				if got := h.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+}
+
 func TestFormatWindow(t *testing.T) {
 	tests := []struct {
 		d    time.Duration
@@ -138,5 +219,59 @@ func TestWriteHeadersAllocs(t *testing.T) {
 	// One string holding every value, one slice of values.
 	if allocs > 2 {
 		t.Errorf("WriteHeaders: %v allocations, want at most 2", allocs)
+	}
+}
+
+// Every integer the headers write fits a Structured Field integer (at
+// most 15 digits): a longer one makes a client discard the whole field.
+func TestWriteHeadersClampsIntegers(t *testing.T) {
+	huge := ratelimiting.Limit{Limit: 1e15, Window: time.Second}
+	tests := []struct {
+		name string
+		d    ratelimiting.Decision
+		want map[string]string
+	}{
+		{
+			name: "a limit of 1e15",
+			d:    ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{{Limit: huge, Remaining: 1e15 - 1, Reset: time.Second}}},
+			want: map[string]string{
+				"RateLimit-Policy":      `"p/1s";q=999999999999999;w=1`,
+				"RateLimit":             `"p/1s";r=999999999999999;t=1`,
+				"X-RateLimit-Remaining": "999999999999999",
+			},
+		},
+		{
+			name: "values far beyond",
+			d:    ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{{Limit: ratelimiting.Limit{Limit: 1e300, Window: time.Second}, Remaining: 1e300}}},
+			want: map[string]string{
+				"RateLimit-Policy":      `"p/1s";q=999999999999999;w=1`,
+				"RateLimit":             `"p/1s";r=999999999999999;t=0`,
+				"X-RateLimit-Remaining": "999999999999999",
+			},
+		},
+		{
+			name: "never negative",
+			d:    ratelimiting.Decision{Limits: []ratelimiting.LimitState{{Limit: huge, Remaining: -5, Reset: -time.Second, RetryAfter: -time.Second}}, RetryAfter: -time.Second},
+			want: map[string]string{
+				"RateLimit":             `"p/1s";r=0;t=0`,
+				"X-RateLimit-Remaining": "0",
+				"X-RateLimit-Reset":     "0",
+				"Retry-After":           "1",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			WriteHeaders(h, "p", tt.d, HeaderOptions{})
+			for k, want := range tt.want {
+				if got := h.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+	if got := wholeNumber(1e15); got != 999_999_999_999_999 {
+		t.Errorf("wholeNumber(1e15) = %d", got)
 	}
 }

@@ -55,8 +55,9 @@ type Policy struct {
 	// Namespace is the instance's namespace counting the requests;
 	// "default" when empty.
 	Namespace string
-	// Limits are checked all or nothing; at least one. Each window must be
-	// one of the namespace's window sizes.
+	// Limits are checked all or nothing; at least one. The window of a
+	// window limit must be one of the namespace's window sizes; a bucket's
+	// (TokenBucket, LeakyBucket) is any whole number of milliseconds.
 	Limits []ratelimiting.Limit
 	// Key names the client; nil selects the peer's IP address.
 	Key KeyFunc
@@ -141,8 +142,8 @@ type Limiter struct {
 
 // New returns a Limiter of policy p on the instance's namespace. It checks
 // p against the namespace as configured now (Policy.Validate): the
-// namespace must exist, and each limit's window must be one of its window
-// sizes.
+// namespace must exist, and each window limit's window must be one of its
+// window sizes.
 func New(in *ratelimiting.Instance, p Policy, o Options) (*Limiter, error) {
 	if in == nil {
 		return nil, errors.New("middleware: nil ratelimiting.Instance")

@@ -53,6 +53,52 @@ func request(key string) *http.Request {
 	return r
 }
 
+// A token bucket of 2 per minute and capacity 3 passes three requests at
+// once, then one every 30s; the headers are the decision's numbers.
+func TestLimiterTokenBucket(t *testing.T) {
+	in := newInstance(t)
+	lim, err := New(in, Policy{
+		Name:   "api",
+		Limits: []ratelimiting.Limit{{Limit: 2, Window: time.Minute, Algorithm: ratelimiting.TokenBucket, Burst: 3}},
+	}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := lim.Handler(&next{})
+	tests := []struct {
+		name       string
+		wantStatus int
+		wantRL     string
+		wantRetry  string
+	}{
+		{"first", http.StatusNoContent, `"api/1m/token_bucket";r=2;t=30`, ""},
+		{"second", http.StatusNoContent, `"api/1m/token_bucket";r=1;t=60`, ""},
+		{"third empties it", http.StatusNoContent, `"api/1m/token_bucket";r=0;t=90`, ""},
+		{"fourth waits for a token", http.StatusTooManyRequests, `"api/1m/token_bucket";r=0;t=90`, "30"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := serve(h, request(""))
+			hd := rec.Header()
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("status = %d, want %d", rec.Code, tt.wantStatus)
+			}
+			if got := hd.Get("RateLimit-Policy"); got != `"api/1m/token_bucket";q=3;w=90` {
+				t.Errorf("RateLimit-Policy = %q", got)
+			}
+			if got := hd.Get("RateLimit"); got != tt.wantRL {
+				t.Errorf("RateLimit = %q, want %q", got, tt.wantRL)
+			}
+			if got := hd.Get("Retry-After"); got != tt.wantRetry {
+				t.Errorf("Retry-After = %q, want %q", got, tt.wantRetry)
+			}
+			if got := hd.Get("X-RateLimit-Limit"); got != "3" {
+				t.Errorf("X-RateLimit-Limit = %q, want 3", got)
+			}
+		})
+	}
+}
+
 func TestLimiterAllowsThenDenies(t *testing.T) {
 	in := newInstance(t)
 	key, _ := ParseKey([]string{"header:X-Api-Key"}, KeyOptions{})

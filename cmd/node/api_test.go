@@ -2,11 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 const apiYAML = `
@@ -35,11 +39,12 @@ type checkAnswer struct {
 	Allowed      bool  `json:"allowed"`
 	RetryAfterMS int64 `json:"retry_after_ms"`
 	Limits       []struct {
-		Limit     float64 `json:"limit"`
-		Window    string  `json:"window"`
-		Type      string  `json:"type"`
-		Remaining float64 `json:"remaining"`
-		ResetMS   int64   `json:"reset_ms"`
+		Limit     float64  `json:"limit"`
+		Window    string   `json:"window"`
+		Type      string   `json:"type"`
+		Burst     *float64 `json:"burst"` // buckets only
+		Remaining float64  `json:"remaining"`
+		ResetMS   int64    `json:"reset_ms"`
 	} `json:"limits"`
 }
 
@@ -149,7 +154,7 @@ func TestCheckBadInput(t *testing.T) {
 		{"array", "", `[1]`, 400, "body", "JSON object"},
 		{"null", "", `null`, 400, "key", "required"},
 		{"unknown field", "", `{"key":"k","colour":1,` + lim + `}`, 400, "colour", "unknown field"},
-		{"unknown limit field", "", `{"key":"k","limits":[{"limit":1,"window":"1s","burst":3}]}`, 400, "limits[0].burst", "unknown field"},
+		{"unknown limit field", "", `{"key":"k","limits":[{"limit":1,"window":"1s","bucket":3}]}`, 400, "limits[0].bucket", "unknown field"},
 		{"missing key", "", `{` + lim + `}`, 400, "key", "required"},
 		{"key not a string", "", `{"key":42,` + lim + `}`, 400, "key", "must be a string"},
 		{"null number beside a bad field", "", `{"cost":null,"key":"k","limits":"x"}`, 400, "limits", "must be a list"},
@@ -169,7 +174,18 @@ func TestCheckBadInput(t *testing.T) {
 		{"window missing", "", `{"key":"k","limits":[{"limit":1}]}`, 400, "limits[0].window", "required"},
 		{"window not in namespace", "", `{"key":"k","limits":[{"limit":1,"window":"2m"}]}`, 400, "limits[0].window", "must be one of the window sizes"},
 		{"window a number", "", `{"key":"k","limits":[{"limit":1,"window":60}]}`, 400, "limits[0].window", "must be a string"},
-		{"type", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky"}]}`, 400, "limits[0].type", "must be sliding or fixed"},
+		{"type", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky"}]}`, 400, "limits[0].type", `"leaky": must be one of sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window`},
+		{"burst on a sliding window", "", `{"key":"k","limits":[{"limit":1,"window":"1s","burst":3}]}`, 400, "limits[0].burst", "3: only applies to type token_bucket and leaky_bucket, not sliding"},
+		{"burst 0 on a fixed window", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"fixed","burst":0}]}`, 400, "limits[0].burst", "0: only applies to type token_bucket and leaky_bucket, not fixed"},
+		{"negative burst", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"token_bucket","burst":-1}]}`, 400, "limits[0].burst", "-1: must be >= 0 (0 means the limit) and at most 1e+15"},
+		{"NaN burst", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky_bucket","burst":"NaN"}]}`, 400, "limits[0].burst", "must be a number"},
+		{"infinite burst", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky_bucket","burst":1e400}]}`, 400, "limits[0].burst", "must be a finite number"},
+		{"huge burst", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"token_bucket","burst":1e16}]}`, 400, "limits[0].burst", "at most 1e+15"},
+		{"cost above the burst", "", `{"key":"k","cost":3,"limits":[{"limit":10,"window":"1m","type":"token_bucket","burst":2}]}`, 400, "cost", "cost: 3: must be at most the capacity of limits[0].burst (2)"},
+		{"bucket window not whole milliseconds", "", `{"key":"k","limits":[{"limit":1,"window":"1500us","type":"token_bucket"}]}`, 400, "limits[0].window", `"1500us": must be a whole number of milliseconds`},
+		{"bucket window over 100 years", "", `{"key":"k","limits":[{"limit":1,"window":"876001h","type":"leaky_bucket"}]}`, 400, "limits[0].window", "at most 876000h"},
+		{"bucket with penalty", "", `{"key":"k","penalty":true,"limits":[{"limit":1,"window":"1m","type":"leaky_bucket"}]}`, 400, "limits[0].type", "a bucket cannot count denied requests"},
+		{"one bucket, two rates", "", `{"key":"k","limits":[{"limit":1,"window":"1m","type":"token_bucket"},{"limit":2,"window":"1m","type":"token_bucket"}]}`, 400, "limits[1].limit", "one bucket has one rate"},
 		{"17 limits", "", `{"key":"k","limits":[` + strings.Repeat(`{"limit":1,"window":"1s"},`, 16) + `{"limit":1,"window":"1s"}]}`, 400, "limits", "at most 16"},
 		{"unknown namespace", "", `{"namespace":"nope","key":"k",` + lim + `}`, 404, "namespace", `namespace "nope"`},
 		{"unknown policy", "", `{"policy":"nope","key":"k"}`, 404, "policy", `policy "nope"`},
@@ -294,5 +310,113 @@ func TestCheckChunkedBodyTooLarge(t *testing.T) {
 	}
 	if p := problemOfBody(t, w); p.Field != "body" {
 		t.Errorf("field %q", p.Field)
+	}
+}
+
+const bucketYAML = `
+namespaces:
+  - name: default
+  - name: shared
+    strategy: memory
+    sync_rate: 0
+    window_sizes: [1s]
+policies:
+  - name: uploads
+    limits: [{limit: 2, window: 1h, type: leaky_bucket, burst: 1}]
+  - name: shared
+    namespace: shared
+    limits: [{limit: 1, window: 1h, type: token_bucket, burst: 2}]
+`
+
+// Token and leaky buckets through /v1/check, in both forms: the answer
+// names each limit's type and burst, and the headers carry its numbers.
+func TestCheckBuckets(t *testing.T) {
+	n := newTestNode(t, bucketYAML, nil)
+	tb := `{"key":"u","limits":[{"limit":1,"window":"1h","type":"token_bucket","burst":2}]}`
+	tests := []struct {
+		name       string
+		body       string
+		wantStatus int
+		wantType   string
+		wantBurst  float64
+		wantRemain float64
+		wantRetry  int64 // ms, at most; 0: allowed
+	}{
+		{"token bucket: full at first", tb, 200, "token_bucket", 2, 1, 0},
+		{"token bucket: empty", tb, 200, "token_bucket", 2, 0, 0},
+		{"token bucket: a token an hour", tb, 429, "token_bucket", 2, 0, 3_600_000},
+		{"leaky bucket policy", `{"policy":"uploads","key":"u"}`, 200, "leaky_bucket", 1, 0, 0},
+		{"leaky bucket policy: drains one in 30m", `{"policy":"uploads","key":"u"}`, 429, "leaky_bucket", 1, 0, 1_800_000},
+		{"burst 0 is the limit", `{"key":"z","limits":[{"limit":3,"window":"90s","type":"leaky_bucket","burst":0}]}`, 200, "leaky_bucket", 3, 2, 0},
+		{"a synchronous store decides", `{"policy":"shared","key":"u","cost":2}`, 200, "token_bucket", 2, 0, 0},
+		{"a synchronous store denies", `{"policy":"shared","key":"u"}`, 429, "token_bucket", 2, 0, 3_600_000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := do(n.api, "POST", "/v1/check", tt.body)
+			if w.Code != tt.wantStatus {
+				t.Fatalf("status %d, want %d; body %s", w.Code, tt.wantStatus, w.Body)
+			}
+			h := w.Header()
+			a := decodeAnswer(t, w)
+			l := a.Limits[0]
+			if l.Type != tt.wantType || l.Burst == nil || *l.Burst != tt.wantBurst || l.Remaining != tt.wantRemain {
+				t.Errorf("limit %+v (burst %v), want type %s burst %v remaining %v", l, l.Burst, tt.wantType, tt.wantBurst, tt.wantRemain)
+			}
+			if tt.wantRetry == 0 && (a.RetryAfterMS != 0 || h.Get("Retry-After") != "") {
+				t.Errorf("allowed, with retry_after_ms %d, Retry-After %q", a.RetryAfterMS, h.Get("Retry-After"))
+			}
+			if tt.wantRetry > 0 && (a.RetryAfterMS > tt.wantRetry || a.RetryAfterMS < tt.wantRetry-60_000) {
+				t.Errorf("retry_after_ms %d, want about %d", a.RetryAfterMS, tt.wantRetry)
+			}
+			pol := "default"
+			if p := strings.Split(tt.body, `"`); p[1] == "policy" {
+				pol = p[3]
+			}
+			checkHeadersMatch(t, h, pol, a)
+		})
+	}
+	w := do(n.api, "POST", "/v1/check", `{"key":"v","limits":[{"limit":100,"window":"1m","type":"sliding_window"},{"limit":1,"window":"90s","type":"leaky_bucket"},{"limit":5,"window":"1s","type":"fixed_window"}]}`)
+	a := decodeAnswer(t, w)
+	if w.Code != 200 || a.Limits[0].Type != "sliding" || a.Limits[0].Burst != nil || a.Limits[1].Type != "leaky_bucket" || a.Limits[2].Type != "fixed" {
+		t.Errorf("status %d, answer %+v", w.Code, a)
+	}
+	if got := w.Header().Get("RateLimit-Policy"); got != `"default/1m";q=100;w=60, "default/90s/leaky_bucket";q=1;w=90, "default/1s/fixed";q=5;w=1` {
+		t.Errorf("RateLimit-Policy = %q", got)
+	}
+}
+
+// checkHeadersMatch checks that the RateLimit headers and Retry-After of a
+// /v1/check answer, for the policy or namespace pol, carry the answer's
+// numbers.
+func checkHeadersMatch(t *testing.T, h http.Header, pol string, a checkAnswer) {
+	t.Helper()
+	ceilS := func(ms float64) int64 { return int64(math.Ceil(ms / 1000)) }
+	var policy, rl []string
+	for _, l := range a.Limits {
+		win, err := time.ParseDuration(l.Window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, q, w := `"`+pol+"/"+l.Window, l.Limit, max(1, ceilS(float64(win.Milliseconds())))
+		if l.Type != "sliding" {
+			name += "/" + l.Type
+		}
+		if l.Burst != nil {
+			q, w = *l.Burst, max(1, ceilS(*l.Burst*float64(win.Milliseconds())/l.Limit))
+		}
+		policy = append(policy, fmt.Sprintf(`%s";q=%d;w=%d`, name, int64(q), w))
+		rl = append(rl, fmt.Sprintf(`%s";r=%d;t=%d`, name, int64(l.Remaining), ceilS(float64(l.ResetMS))))
+	}
+	if got, want := h.Get("RateLimit-Policy"), strings.Join(policy, ", "); got != want {
+		t.Errorf("RateLimit-Policy = %q, want %q", got, want)
+	}
+	if got, want := h.Get("RateLimit"), strings.Join(rl, ", "); got != want {
+		t.Errorf("RateLimit = %q, want %q", got, want)
+	}
+	if !a.Allowed {
+		if got, want := h.Get("Retry-After"), strconv.FormatInt(max(1, ceilS(float64(a.RetryAfterMS))), 10); got != want {
+			t.Errorf("Retry-After = %q, want %q (retry_after_ms %d)", got, want, a.RetryAfterMS)
+		}
 	}
 }

@@ -17,6 +17,9 @@ import (
 //
 //	{"namespace":"default","key":"user:42","cost":1,"limits":[{"limit":100,"window":"1m"},{"limit":10,"window":"1s","type":"fixed"}]}
 //	{"policy":"api","key":"user:42"}
+//
+// A limit's type is sliding (the default), fixed, token_bucket or
+// leaky_bucket; burst, a bucket's capacity, only for buckets.
 type checkBody struct {
 	Namespace string      `json:"namespace"`
 	Policy    string      `json:"policy"`
@@ -27,9 +30,10 @@ type checkBody struct {
 }
 
 type limitBody struct {
-	Limit  float64 `json:"limit"`
-	Window string  `json:"window"`
-	Type   string  `json:"type"`
+	Limit  float64   `json:"limit"`
+	Window string    `json:"window"`
+	Type   string    `json:"type"`
+	Burst  optNumber `json:"burst"`
 }
 
 var checkSchema = []jsonField{
@@ -42,6 +46,7 @@ var checkSchema = []jsonField{
 		{name: "limit", kind: kNumber},
 		{name: "window", kind: kString},
 		{name: "type", kind: kString},
+		{name: "burst", kind: kNumber},
 	}},
 }
 
@@ -120,24 +125,42 @@ func decodeCheck(data []byte, st *checkState, maxKey int) *problem {
 		return invalidValue("limits", strconv.Itoa(len(b.Limits))+" limits", fmt.Sprintf("at most %d", MaxLimits))
 	}
 	for i, l := range b.Limits {
-		if !(l.Limit > 0) || l.Limit > maxNumber {
-			return invalidValue(fmt.Sprintf("limits[%d].limit", i), formatNumber(l.Limit), fmt.Sprintf("must be > 0 and at most %g", float64(maxNumber)))
-		}
-		win, p := parseWindow(l.Window, i)
+		lim, p := decodeLimit(i, l)
 		if p != nil {
 			return p
 		}
-		var fixed bool
-		switch l.Type {
-		case "", "sliding":
-		case "fixed":
-			fixed = true
-		default:
-			return invalidValue(fmt.Sprintf("limits[%d].type", i), strconv.Quote(l.Type), "must be sliding or fixed")
-		}
-		in.limits = append(in.limits, ratelimiting.Limit{Limit: l.Limit, Window: win, Fixed: fixed})
+		in.limits = append(in.limits, lim)
 	}
 	return nil
+}
+
+// decodeLimit validates limits[i] on its own: what does not depend on the
+// namespace or the cost (the library checks those).
+func decodeLimit(i int, l limitBody) (ratelimiting.Limit, *problem) {
+	field := func(name string) string { return fmt.Sprintf("limits[%d].%s", i, name) }
+	if !(l.Limit > 0) || l.Limit > maxNumber {
+		return ratelimiting.Limit{}, invalidValue(field("limit"), formatNumber(l.Limit), fmt.Sprintf("must be > 0 and at most %g", float64(maxNumber)))
+	}
+	win, p := parseWindow(l.Window, i)
+	if p != nil {
+		return ratelimiting.Limit{}, p
+	}
+	alg, ok := parseLimitType(l.Type)
+	if !ok {
+		return ratelimiting.Limit{}, invalidValue(field("type"), strconv.Quote(l.Type), "must be one of "+limitTypesText)
+	}
+	lim := ratelimiting.Limit{Limit: l.Limit, Window: win, Algorithm: alg}
+	if !l.Burst.set {
+		return lim, nil
+	}
+	switch typ := limitType(lim); {
+	case !isBucket(typ):
+		return ratelimiting.Limit{}, invalidValue(field("burst"), formatNumber(l.Burst.v), fmt.Sprintf("only applies to type %s and %s, not %s", TypeTokenBucket, TypeLeakyBucket, typ))
+	case l.Burst.v < 0 || l.Burst.v > maxNumber:
+		return ratelimiting.Limit{}, invalidValue(field("burst"), formatNumber(l.Burst.v), fmt.Sprintf("must be >= 0 (0 means the limit) and at most %g", float64(maxNumber)))
+	}
+	lim.Burst = l.Burst.v
+	return lim, nil
 }
 
 // parseWindow parses limits[i].window, naming the field only on the error
@@ -252,6 +275,10 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 // appendDecision appends the JSON answer of /v1/check:
 //
 //	{"allowed":true,"retry_after_ms":0,"limits":[{"limit":100,"window":"1m","type":"sliding","remaining":99,"reset_ms":60000}]}
+//
+// A bucket's limit also shows its burst in force (its limit when 0):
+//
+//	{"limit":10,"window":"1m","type":"token_bucket","burst":20,"remaining":19,"reset_ms":6000}
 func appendDecision(buf []byte, d ratelimiting.Decision) []byte {
 	buf = append(buf, `{"allowed":`...)
 	buf = strconv.AppendBool(buf, d.Allowed)
@@ -266,10 +293,17 @@ func appendDecision(buf []byte, d ratelimiting.Decision) []byte {
 		buf = appendFloat(buf, s.Limit.Limit)
 		buf = append(buf, `,"window":"`...)
 		buf = middleware.AppendWindow(buf, s.Limit.Window)
-		if s.Limit.Fixed {
-			buf = append(buf, `","type":"fixed"`...)
-		} else {
-			buf = append(buf, `","type":"sliding"`...)
+		buf = append(buf, `","type":"`...)
+		typ := limitType(s.Limit)
+		buf = append(buf, typ...)
+		buf = append(buf, '"')
+		if isBucket(typ) {
+			burst := s.Limit.Burst
+			if burst == 0 {
+				burst = s.Limit.Limit
+			}
+			buf = append(buf, `,"burst":`...)
+			buf = appendFloat(buf, burst)
 		}
 		buf = append(buf, `,"remaining":`...)
 		buf = appendFloat(buf, s.Remaining)

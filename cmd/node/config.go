@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratesync/ratesync/middleware"
+	"github.com/ratesync/ratesync/ratelimiting"
 )
 
 // Environment variables the node reads. Each fills in what the config file
@@ -172,10 +173,52 @@ type PolicyConfig struct {
 
 // LimitConfig is one limit of a policy.
 type LimitConfig struct {
-	Limit  float64  `json:"limit" yaml:"limit"`
-	Window Duration `json:"window" yaml:"window"`
-	Type   string   `json:"type" yaml:"type" oneof:"sliding fixed"` // sliding (default) or fixed
+	Limit  float64  `json:"limit" yaml:"limit"`                                                                           // hits per window; for a bucket, its rate
+	Window Duration `json:"window" yaml:"window"`                                                                         // a window: one of the namespace's sizes; a bucket: any
+	Type   string   `json:"type" yaml:"type" oneof:"sliding fixed token_bucket leaky_bucket sliding_window fixed_window"` // sliding (default), fixed, token_bucket, leaky_bucket
+	Burst  float64  `json:"burst,omitempty" yaml:"burst"`                                                                 // a bucket's capacity; default the limit; buckets only
 }
+
+// Limit types, as the config file and /v1/check spell them; sliding_window
+// and fixed_window are read as sliding and fixed.
+const (
+	TypeSliding     = "sliding"
+	TypeFixed       = "fixed"
+	TypeTokenBucket = "token_bucket"
+	TypeLeakyBucket = "leaky_bucket"
+	limitTypesText  = "sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window"
+)
+
+// parseLimitType returns the algorithm of a limit's type; "" is sliding.
+func parseLimitType(s string) (ratelimiting.Algorithm, bool) {
+	switch s {
+	case "", TypeSliding, "sliding_window":
+		return ratelimiting.SlidingWindow, true
+	case TypeFixed, "fixed_window":
+		return ratelimiting.FixedWindow, true
+	case TypeTokenBucket:
+		return ratelimiting.TokenBucket, true
+	case TypeLeakyBucket:
+		return ratelimiting.LeakyBucket, true
+	}
+	return 0, false
+}
+
+// limitType returns the type of l as the node spells it.
+func limitType(l ratelimiting.Limit) string {
+	switch {
+	case l.Algorithm == ratelimiting.TokenBucket:
+		return TypeTokenBucket
+	case l.Algorithm == ratelimiting.LeakyBucket:
+		return TypeLeakyBucket
+	case l.Fixed || l.Algorithm == ratelimiting.FixedWindow:
+		return TypeFixed
+	}
+	return TypeSliding
+}
+
+// isBucket reports whether a limit's type is a bucket.
+func isBucket(typ string) bool { return typ == TypeTokenBucket || typ == TypeLeakyBucket }
 
 // GatewayConfig turns the node into a rate-limiting reverse proxy.
 type GatewayConfig struct {
@@ -310,6 +353,9 @@ func parseConfig(file string, data []byte, getenv func(string) string) (Config, 
 	}
 	for i := range cfg.Namespaces {
 		slices.Sort(cfg.Namespaces[i].WindowSizes)
+	}
+	for i := range cfg.Policies {
+		cfg.Policies[i].fillBursts()
 	}
 	return cfg, nil
 }

@@ -5,11 +5,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratesync/ratesync/ratelimiting"
 )
 
 func TestExampleConfigParses(t *testing.T) {
@@ -149,7 +154,7 @@ policies:
 		{"limit zero", "policies:\n  - name: a\n    limits: [{limit: 0, window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: "0": must be a finite number > 0`},
 		{"limit not a number", "policies:\n  - name: a\n    limits: [{limit: lots, window: 1s}]\n", nil, `policies[0].limits[0].limit: "lots": must be a number`},
 		{"limit missing", "policies:\n  - name: a\n    limits: [{window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: required`},
-		{"limit type", "policies:\n  - name: a\n    limits: [{limit: 1, window: 1s, type: leaky}]\n", nil, `policies[0].limits[0].type: "leaky": must be one of sliding, fixed`},
+		{"limit type", "policies:\n  - name: a\n    limits: [{limit: 1, window: 1s, type: leaky}]\n", nil, `policies[0].limits[0].type: "leaky": must be one of sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window`},
 		{"no limits", "policies:\n  - name: a\n", nil, `test.yaml:2: policies[0].limits: "[]": at least one limit is required`},
 		{"too many limits", "policies:\n  - name: a\n    limits: [" + strings.Repeat("{limit: 1, window: 1s},", 17) + "]\n", nil, `policies[0].limits: 17 limits: at most 16`},
 		{"cost above a limit", "policies:\n  - name: a\n    cost: 5\n    limits: [{limit: 2, window: 1s}]\n", nil, `test.yaml:3: policies[0].cost: "5": must be at most limits[0].limit (2)`},
@@ -328,5 +333,107 @@ func TestMalformedURLsDoNotLeak(t *testing.T) {
 				t.Errorf("the password leaks:\n%s", out)
 			}
 		})
+	}
+}
+
+// Policies with token and leaky buckets: any window, the type's other
+// spellings read as the node's own, and the burst in force shown.
+func TestBucketPolicies(t *testing.T) {
+	cfg := testConfig(t, `
+namespaces:
+  - name: default
+  - name: shared
+    strategy: memory
+    sync_rate: 1s
+    window_sizes: [1s]
+policies:
+  - name: uploads
+    limits:
+      - {limit: 10, window: 1m, type: token_bucket, burst: 20}
+      - {limit: 2, window: 90s, type: leaky_bucket}
+      - {limit: 100, window: 1h, type: sliding_window}
+      - {limit: 5, window: 1s, type: fixed_window}
+  - name: shared
+    namespace: shared
+    cost: 15
+    limits: [{limit: 10, window: 2m, type: token_bucket, burst: 20}]
+`, nil)
+	data, err := json.Marshal(cfg.Masked())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `"limits":[{"limit":10,"window":"1m","type":"token_bucket","burst":20},{"limit":2,"window":"90s","type":"leaky_bucket","burst":2},{"limit":100,"window":"1h","type":"sliding"},{"limit":5,"window":"1s","type":"fixed"}]`
+	if !strings.Contains(string(data), want) {
+		t.Errorf("effective config lacks %s:\n%s", want, data)
+	}
+	got := cfg.Policies[0].policy(nil).Limits
+	wantLimits := []ratelimiting.Limit{
+		{Limit: 10, Window: time.Minute, Algorithm: ratelimiting.TokenBucket, Burst: 20},
+		{Limit: 2, Window: 90 * time.Second, Algorithm: ratelimiting.LeakyBucket, Burst: 2},
+		{Limit: 100, Window: time.Hour, Algorithm: ratelimiting.SlidingWindow},
+		{Limit: 5, Window: time.Second, Algorithm: ratelimiting.FixedWindow},
+	}
+	if !slices.Equal(got, wantLimits) {
+		t.Errorf("limits = %+v, want %+v", got, wantLimits)
+	}
+}
+
+// A policy with a bucket needs a namespace whose store keeps buckets.
+func TestBucketPolicyNeedsAStoreThatKeepsBuckets(t *testing.T) {
+	for _, st := range []struct{ strategy, url string }{
+		{StrategyMemory, ""},
+		{StrategyRedis, "redis://127.0.0.1:1/0"},
+		{StrategyPostgres, "postgres://u@127.0.0.1:1/db"},
+	} {
+		t.Run(st.strategy, func(t *testing.T) {
+			yaml := fmt.Sprintf(`
+namespaces:
+  - name: s
+    strategy: %s
+    url: %q
+policies:
+  - name: p
+    namespace: s
+    limits:
+      - {limit: 10, window: 1m, type: token_bucket}
+`, st.strategy, st.url)
+			if st.url == "" {
+				yaml = strings.Replace(yaml, "    url: \"\"\n", "", 1)
+			}
+			_, err := parseConfig("test.yaml", []byte(yaml), envOf(nil))
+			switch want := `test.yaml:10: policies[0].limits[0].type: "token_bucket": the store of namespace "s" does not keep buckets`; {
+			case keepsBuckets(st.strategy) && err != nil:
+				t.Errorf("the store keeps buckets, and the config is refused: %v", err)
+			case !keepsBuckets(st.strategy) && (err == nil || err.Error() != want):
+				t.Errorf("error %v, want %s", err, want)
+			}
+		})
+	}
+	if !keepsBuckets(StrategyMemory) {
+		t.Error("the memory store keeps buckets")
+	}
+}
+
+// The types the config file allows are the types /v1/check reads, and the
+// errors of both list them alike.
+func TestLimitTypes(t *testing.T) {
+	f, _ := reflect.TypeFor[LimitConfig]().FieldByName("Type")
+	types := strings.Fields(f.Tag.Get("oneof"))
+	if got := strings.Join(types, ", "); got != limitTypesText {
+		t.Errorf("oneof %q, limitTypesText %q", got, limitTypesText)
+	}
+	for _, typ := range types {
+		alg, ok := parseLimitType(typ)
+		if !ok {
+			t.Errorf("parseLimitType(%q) fails", typ)
+		}
+		if got := limitType(ratelimiting.Limit{Algorithm: alg}); !strings.HasPrefix(typ, got) {
+			t.Errorf("type %q reads as %v, written %q", typ, alg, got)
+		}
+	}
+	for _, typ := range []string{"leaky", "Sliding", "anchored", "sliding_log", "fixed "} {
+		if _, ok := parseLimitType(typ); ok {
+			t.Errorf("parseLimitType(%q) succeeds", typ)
+		}
 	}
 }

@@ -119,7 +119,20 @@ func (p *PolicyConfig) applyDefaults(set func(field string) bool) {
 	p.OnStoreDown = cmp.Or(p.OnStoreDown, "local")
 	p.ErrorMessage = cmp.Or(p.ErrorMessage, middleware.DefaultDeniedMessage)
 	for i := range p.Limits {
-		p.Limits[i].Type = cmp.Or(p.Limits[i].Type, "sliding")
+		if alg, ok := parseLimitType(p.Limits[i].Type); ok {
+			p.Limits[i].Type = limitType(ratelimiting.Limit{Algorithm: alg})
+		}
+	}
+}
+
+// fillBursts sets the burst a bucket leaves out (or sets to 0) to its
+// limit: the capacity in force, shown in the effective configuration.
+// After validation, whose errors speak of the fields as the file gives them.
+func (p *PolicyConfig) fillBursts() {
+	for i := range p.Limits {
+		if l := &p.Limits[i]; isBucket(l.Type) && l.Burst == 0 {
+			l.Burst = l.Limit
+		}
 	}
 }
 
@@ -213,6 +226,13 @@ type storeInConfig struct {
 	strategy.Checker
 }
 
+// bucketStoreInConfig stands for a store that also keeps buckets
+// (keepsBuckets), which policies with buckets need.
+type bucketStoreInConfig struct {
+	storeInConfig
+	strategy.BucketStore
+}
+
 // checkNamespace checks the namespace at path and returns its
 // namespace.Config (without a store).
 func (s *source) checkNamespace(path string, ns *NamespaceConfig) namespace.Config {
@@ -227,7 +247,11 @@ func (s *source) checkNamespace(path string, ns *NamespaceConfig) namespace.Conf
 		}
 	}
 	nc := ns.namespaceConfig(nil)
-	if ns.Strategy != StrategyLocal {
+	switch {
+	case ns.Strategy == StrategyLocal:
+	case keepsBuckets(ns.Strategy):
+		nc.Strategy = bucketStoreInConfig{}
+	default:
 		nc.Strategy = storeInConfig{}
 	}
 	for _, err := range joined(nc.Validate()) {
@@ -345,6 +369,7 @@ func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namesp
 		if !s.set(lim + ".window") {
 			s.report(lim+".window", "required: a duration like 1s, 1m, 1h")
 		}
+		s.checkBurst(lim, l)
 	}
 	opts := middleware.KeyOptions{ConsumerHeader: consumer}
 	if _, err := middleware.ParseKey(p.Key, opts); err != nil {
@@ -363,6 +388,19 @@ func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namesp
 	}
 }
 
+// checkBurst checks the burst of the limit at path: only for buckets (even
+// 0, which means nothing on a window), at most maxNumber.
+func (s *source) checkBurst(path string, l LimitConfig) {
+	path += ".burst"
+	switch {
+	case !s.set(path):
+	case !isBucket(l.Type):
+		s.bad(path, "", fmt.Sprintf("only applies to type %s and %s, not %s", TypeTokenBucket, TypeLeakyBucket, l.Type))
+	case l.Burst > maxNumber:
+		s.bad(path, formatNumber(l.Burst), fmt.Sprintf("must be at most %g", float64(maxNumber)))
+	}
+}
+
 // policy returns the middleware.Policy of p, selecting keys with key.
 func (p *PolicyConfig) policy(key middleware.KeyFunc) middleware.Policy {
 	mp := middleware.Policy{
@@ -376,7 +414,8 @@ func (p *PolicyConfig) policy(key middleware.KeyFunc) middleware.Policy {
 		mp.StoreDown = middleware.StoreDownDeny
 	}
 	for _, l := range p.Limits {
-		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Fixed: l.Type == "fixed"})
+		alg, _ := parseLimitType(l.Type)
+		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Algorithm: alg, Burst: l.Burst})
 	}
 	return mp
 }

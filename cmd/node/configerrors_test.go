@@ -82,8 +82,8 @@ policies:
     limits:
       - limit: 10
         window: 1s
-        burst: 5
-`, `7: policies[0].limits[0].burst: unknown field (known: limit, type, window)`},
+        bucket: 5
+`, `7: policies[0].limits[0].bucket: unknown field (known: burst, limit, type, window)`},
 		{"redis shards out of range", `
 namespaces:
   - name: api
@@ -288,6 +288,100 @@ namespaces:
     dict: x
     dict_capacity: 7
 `, `8: namespaces[1].dict_capacity: "7": namespace "m" (line 5) sets dict "x" to 5; namespaces on one dict must set the same capacity, or leave it out`},
+		{"burst on a sliding window", `
+policies:
+  - name: api
+    limits:
+      - limit: 10
+        window: 1s
+        burst: 5
+`, `7: policies[0].limits[0].burst: "5": only applies to type token_bucket and leaky_bucket, not sliding`},
+		{"burst 0 on a fixed window", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1s, type: fixed_window, burst: 0}
+`, `5: policies[0].limits[0].burst: "0": only applies to type token_bucket and leaky_bucket, not fixed`},
+		{"negative burst", `
+policies:
+  - name: api
+    limits:
+      - limit: 10
+        window: 1m
+        type: token_bucket
+        burst: -1
+`, `8: policies[0].limits[0].burst: "-1": must be a finite number >= 0 (0 means the limit)`},
+		{"NaN burst", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, type: leaky_bucket, burst: .nan}
+`, `5: policies[0].limits[0].burst: ".nan": must be a number`},
+		{"burst above 1e15", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, type: leaky_bucket, burst: 1e16}
+`, `5: policies[0].limits[0].burst: "1e16": must be at most 1e+15`},
+		{"cost above the burst", `
+policies:
+  - name: api
+    cost: 6
+    limits:
+      - {limit: 10, window: 1m, type: token_bucket, burst: 5}
+`, `4: policies[0].cost: "6": must be at most limits[0].burst (5), the bucket's capacity: a larger cost can never pass`},
+		{"cost above the limit of a bucket without burst", `
+policies:
+  - name: api
+    limits:
+      - {limit: 100, window: 1m}
+      - {limit: 10, window: 1m, type: leaky_bucket}
+    cost: 11
+`, `7: policies[0].cost: "11": must be at most limits[1].limit (10), the bucket's capacity when burst is 0: a larger cost can never pass`},
+		{"unknown type", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, type: leaky}
+`, `5: policies[0].limits[0].type: "leaky": must be one of sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window`},
+		{"bucket window not whole milliseconds", `
+policies:
+  - name: api
+    limits:
+      - type: token_bucket
+        limit: 10
+        window: 1500us
+`, `7: policies[0].limits[0].window: "1500us": must be whole milliseconds, > 0 and at most 876000h`},
+		{"bucket window over 100 years", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 876001h, type: leaky_bucket}
+`, `5: policies[0].limits[0].window: "876001h": must be whole milliseconds, > 0 and at most 876000h`},
+		{"bucket with penalty", `
+policies:
+  - name: api
+    penalty: true
+    limits:
+      - {limit: 10, window: 1m, type: token_bucket}
+`, `4: policies[0].penalty: "true": limits[0] is a token_bucket, and a bucket cannot count denied requests: drop penalty, or use a window type`},
+		{"one bucket, two rates", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, type: token_bucket, burst: 20}
+      - {limit: 20, window: 1m, type: token_bucket}
+`, `6: policies[0].limits[1].limit: "20": limits[0] is the same token_bucket with limit 10: bucket limits of one type and window share one bucket, which has one rate`},
+		{"every bucket error", `
+policies:
+  - name: api
+    cost: 30
+    limits:
+      - {limit: 10, window: 1500us, type: token_bucket, burst: 20}
+      - {limit: 10, window: 1s, burst: 3}
+`, `7: policies[0].limits[1].burst: "3": only applies to type token_bucket and leaky_bucket, not sliding
+FILE:6: policies[0].limits[0].window: "1500us": must be whole milliseconds, > 0 and at most 876000h
+FILE:4: policies[0].cost: "30": must be at most limits[0].burst (20), the bucket's capacity: a larger cost can never pass`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a

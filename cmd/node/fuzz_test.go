@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/ratesync/ratesync/ratelimiting"
 )
 
 // FuzzDecodeCheck feeds arbitrary bodies to the /v1/check decoder and
@@ -19,6 +21,7 @@ import (
 func FuzzDecodeCheck(f *testing.F) {
 	f.Add([]byte(`{"namespace":"default","key":"user:42","cost":1,"limits":[{"limit":100,"window":"1m"},{"limit":10,"window":"1s","type":"fixed"}]}`))
 	f.Add([]byte(`{"policy":"api","key":"user:42"}`))
+	f.Add([]byte(`{"key":"user:42","limits":[{"limit":10,"window":"1m","type":"token_bucket","burst":20}]}`))
 	n := newTestNode(f, `
 policies:
   - name: api
@@ -53,6 +56,11 @@ policies:
 				}
 				for _, l := range in.limits {
 					if !(l.Limit > 0) || l.Limit > maxNumber || l.Window <= 0 || l.Window%time.Millisecond != 0 {
+						t.Fatalf("accepted limit %+v", l)
+					}
+					bucket := l.Algorithm == ratelimiting.TokenBucket || l.Algorithm == ratelimiting.LeakyBucket
+					if l.Algorithm > ratelimiting.LeakyBucket || l.Algorithm == ratelimiting.AnchoredWindow || l.Algorithm == ratelimiting.SlidingLog ||
+						l.Fixed || !(l.Burst >= 0) || l.Burst > maxNumber || (l.Burst != 0 && !bucket) {
 						t.Fatalf("accepted limit %+v", l)
 					}
 				}

@@ -216,6 +216,27 @@ func joinJSON(path, name string) string {
 // sortedKeys makes reports deterministic.
 func sortedKeys(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
 
+// optNumber is a JSON number that may be absent: set tells. null leaves
+// it unset, like any field. Anything but a finite number is an error
+// (locate then names the field).
+type optNumber struct {
+	v   float64
+	set bool
+}
+
+// UnmarshalJSON reads a number.
+func (n *optNumber) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	v, err := strconv.ParseFloat(string(b), 64) // a JSON value: NaN, Inf, hex or a string fail
+	if err != nil || math.IsInf(v, 0) {
+		return errors.New("must be a finite number")
+	}
+	*n = optNumber{v: v, set: true}
+	return nil
+}
+
 // appendFloat appends v as a JSON number (integers without a fraction).
 func appendFloat(buf []byte, v float64) []byte {
 	if math.IsNaN(v) || math.IsInf(v, 0) {

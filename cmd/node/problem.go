@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/ratesync/ratesync/ratelimiting"
 )
@@ -65,7 +66,11 @@ func problemOf(err error, ns string) *problem {
 	var ie *ratelimiting.InputError
 	switch {
 	case errors.As(err, &ie):
-		return invalidValue(ie.Field, ie.Value, ie.Allowed)
+		field := ie.Field
+		if f, ok := strings.CutSuffix(field, ".algorithm"); ok { // what the API calls type
+			field = f + ".type"
+		}
+		return invalidValue(field, ie.Value, ie.Allowed)
 	case errors.Is(err, ratelimiting.ErrNamespaceNotFound):
 		return notFound("namespace", fmt.Sprintf("namespace %q: no such namespace", ns))
 	case errors.Is(err, ratelimiting.ErrClosed):

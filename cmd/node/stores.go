@@ -37,6 +37,22 @@ var (
 	_ strategy.Checker = (*postgres.Store)(nil)
 )
 
+// keepsBuckets reports whether the store of strategy name keeps token and
+// leaky buckets (strategy.BucketStore): a policy with a bucket needs one.
+func keepsBuckets(name string) bool {
+	var st any
+	switch name {
+	case StrategyMemory:
+		st = (*memory.Store)(nil)
+	case StrategyRedis:
+		st = (*redis.Store)(nil)
+	case StrategyPostgres:
+		st = (*postgres.Store)(nil)
+	}
+	_, ok := st.(strategy.BucketStore)
+	return ok
+}
+
 // storeDefaults fills in the store options of a namespace with a store:
 // what the file leaves out, or sets to 0, is the store's default.
 func storeDefaults(ns *NamespaceConfig) {
