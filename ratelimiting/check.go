@@ -37,6 +37,7 @@ func (g *group) state() windowState {
 // algorithm and window share it.
 type bgroup struct {
 	t        *shm.Buckets
+	first    int     // the first limit of the request naming it
 	rate     float64 // Limit: level drained per ms
 	burst    float64 // the smallest capacity of the limits sharing it
 	before   bucketState
@@ -221,13 +222,13 @@ func addBucket(n *ns, buckets []bgroup, i int, l Limit, now int64) ([]bgroup, in
 			continue
 		}
 		if rate := b.rate; rate != l.Limit {
-			return nil, 0, &InputError{Field: limitField(i, "limit"), Value: fmt.Sprint(l.Limit), Allowed: fmt.Sprintf("names the %s of window %v another limit names with limit %v: one bucket has one rate", l.Algorithm, l.Window, rate)}
+			return nil, 0, &InputError{Field: limitField(i, "limit"), Value: fmt.Sprint(l.Limit), Allowed: fmt.Sprintf("%s is the same %s with limit %v: limits of one bucket type and window share one bucket, which has one rate", limitField(b.first, "limit"), l.Algorithm, rate)}
 		}
 		b.burst = min(b.burst, l.burst())
 		return buckets, j, nil
 	}
 	t := n.bucketTable(uint8(l.Algorithm), l.Window, now)
-	return append(buckets, bgroup{t: t, rate: l.Limit, burst: l.burst()}), len(buckets), nil
+	return append(buckets, bgroup{t: t, rate: l.Limit, burst: l.burst(), first: i}), len(buckets), nil
 }
 
 // sortGroups sorts the window groups by size (insertion sort: a handful),

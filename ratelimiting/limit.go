@@ -152,7 +152,11 @@ func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 		return bad("algorithm", l.Algorithm.String(), "a bucket cannot count denied requests: drop penalty, or use a window algorithm")
 	}
 	if c := l.burst(); l.Algorithm.bucket() && cost > c {
-		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most the capacity of %s (%v): a larger cost can never pass", limitField(i, "burst"), c)}
+		field := limitField(i, "burst")
+		if l.Burst == 0 {
+			field = limitField(i, "limit") + ", the capacity when burst is 0"
+		}
+		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most the bucket's capacity (%v, %s): a larger cost can never pass", c, field)}
 	}
 	if !l.Algorithm.bucket() && cost > l.Limit {
 		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most %s (%v): a larger cost can never pass", limitField(i, "limit"), l.Limit)}
