@@ -33,7 +33,8 @@ const hitTimeout = 30 * time.Second
 // goroutine on a push lane of its own (at-most-once bookkeeping per call,
 // as the Instance's): store.PushAndCount of one diff for "increment"
 // (Instance.Increment), store.CheckAndCount of one check for "allow"
-// (Instance.Allow, one sliding limit never reached). Keys: one hot key, or
+// (Instance.Allow, one sliding limit never reached), and the same with one
+// token bucket that never empties for "bucket" (Instance.AllowOne). Keys: one hot key, or
 // 1,000 keys spread over the goroutines. Each b.Loop iteration runs 2,048
 // decisions each way, alternately first, so both meet the same machine.
 // Reported: decisions/s of each (uncoalesced-decisions/s is the baseline),
@@ -60,7 +61,7 @@ func BenchmarkSynchronousCoalesced(b *testing.B) {
 			b.Run(o.name+"/"+name, func(b *testing.B) {
 				be := o.open(b, pool)
 				b.Logf("%s: pool of %d connections, %d goroutines, GOMAXPROCS %d", be.name, be.pool, workers, procs())
-				for _, op := range []string{"increment", "allow"} {
+				for _, op := range []string{"increment", "allow", "bucket"} {
 					for _, keys := range []int{1, 1000} {
 						if o.name == oneShard.name && keys == 1 {
 							continue // one key is one shard group with any Shards
@@ -82,11 +83,19 @@ func benchCoalesced(b *testing.B, be *backend, op string, nkeys int) {
 	keys := keysN("key-", nkeys)
 	key := func(w, i int) string { return keys[(w*997+i)%nkeys] }
 	limit := ratelimiting.Limit{Limit: 1e15, Window: time.Minute}
+	bucket := ratelimiting.Limit{Limit: 1e9, Window: time.Minute, Algorithm: ratelimiting.TokenBucket}
 	errDenied := errors.New("denied: the limit is never reached here")
 
 	coalesced := func(w, i int) error {
-		if op == "increment" {
+		switch op {
+		case "increment":
 			_, err := in.Increment(ctx, ns, key(w, i), time.Minute, 1)
+			return err
+		case "bucket":
+			st, err := in.AllowOne(ctx, ns, key(w, i), 1, bucket)
+			if err == nil && !st.Allowed {
+				err = errDenied
+			}
 			return err
 		}
 		d, err := in.Allow(ctx, ns, key(w, i), 1, limit)
@@ -112,8 +121,12 @@ func benchCoalesced(b *testing.B, be *backend, op string, nkeys int) {
 			}}})
 			return err
 		}
+		cl := strategy.CheckLimit{WindowSize: time.Minute, Limit: limit.Limit}
+		if op == "bucket" {
+			cl = strategy.CheckLimit{WindowSize: time.Minute, Limit: bucket.Limit, Kind: uint8(bucket.Algorithm), Burst: bucket.Limit}
+		}
 		res, err := be.store.CheckAndCount(ctx, lanes[w], seqs[w], []strategy.Check{{
-			Namespace: ns, Key: k, Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: limit.Limit}},
+			Namespace: ns, Key: k, Cost: 1, Now: now, Limits: []strategy.CheckLimit{cl},
 		}})
 		if err == nil && !res[0].Allowed {
 			err = errDenied
