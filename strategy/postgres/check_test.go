@@ -3,8 +3,6 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,15 +13,15 @@ import (
 	"github.com/ratesync/ratesync/strategy/postgres"
 )
 
-// Differential test of CheckAndCount's function (migration 003) on what it
-// handles run by run: checks whose Now straddle window boundaries (a row
-// that is one check's previous window and another's current one), several
-// sizes and namespaces in one batch (runs of previous and current windows
-// alternating), current windows present then absent in one run (the locking
-// switches from FOR UPDATE to ON CONFLICT at the first absent row), absent
-// current windows created then dropped because every check on them was
-// denied (cost above the limit), zero-cost checks that keep a row at 0,
-// refunds, and replays. Results and the store must match the memory
+// Differential test of CheckAndCount's function (migration 004, locking
+// counters as 003 does) on what it handles run by run: checks whose Now
+// straddle window boundaries (a row that is one check's previous window and
+// another's current one), several sizes and namespaces in one batch (runs
+// of previous and current windows alternating), current windows present
+// then absent in one run (the locking switches from FOR UPDATE to ON
+// CONFLICT at the first absent row), absent current windows created then
+// dropped because every check on them was denied (cost above the limit) or
+// counted nothing (cost 0), refunds, and replays. Results and the store must match the memory
 // store's after every batch.
 func TestCheckAndCountAgreesWithTheMemoryStore(t *testing.T) {
 	s, _ := newStore(t, postgres.Config{})
@@ -184,57 +182,5 @@ func TestConcurrentChecksWithPlaceholdersNeverDeadlock(t *testing.T) {
 	}
 	if want := float64(counted.Load()); total != want {
 		t.Errorf("total of the 1s windows = %v, want %v (each diff and passing check once)", total, want)
-	}
-}
-
-// A store migrated before migration 003 (the per-row function of 002) gets
-// the set-based function when a node of this version starts, and keeps its
-// counts.
-func TestUpgradeFrom002ReplacesTheCheckFunction(t *testing.T) {
-	s, pool := newStore(t, postgres.Config{})
-	ctx := context.Background()
-	now := strategytest.Base.Add(30 * time.Second)
-	check := []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}}}
-	if _, err := s.CheckAndCount(ctx, "n", 1, check); err != nil {
-		t.Fatal(err)
-	}
-	// Back to version 2, as a node of the previous release left it.
-	old, err := os.ReadFile("migrations/002_check.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range []string{
-		"DROP FUNCTION public.ratesync_counters_check",
-		strings.NewReplacer("{{counters}}", "public.ratesync_counters", "{{lanes}}", "public.ratesync_lanes",
-			"{{check}}", "public.ratesync_counters_check").Replace(string(old)),
-		"DELETE FROM public.ratesync_counters_migrations WHERE version > 2",
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
-	body := func() string {
-		var def string
-		if err := pool.QueryRow(ctx, "SELECT pg_get_functiondef('public.ratesync_counters_check'::regproc)").Scan(&def); err != nil {
-			t.Fatal(err)
-		}
-		return def
-	}
-	if strings.Contains(body(), "OPEN walk") {
-		t.Fatal("setup: the function is still migration 003's")
-	}
-	s, err = postgres.New(ctx, pool, postgres.Config{})
-	if err != nil {
-		t.Fatalf("New on a store at version 2: %v", err)
-	}
-	if !strings.Contains(body(), "OPEN walk") {
-		t.Fatal("New on a store at version 2 left the function of migration 002")
-	}
-	res, err := s.CheckAndCount(ctx, "n", 2, check)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res[0].Allowed || res[0].Totals[0].Current != 2 {
-		t.Fatalf("after the upgrade: %+v, want allowed with the count 2", res[0])
 	}
 }
