@@ -125,3 +125,42 @@ func TestUpgradeFrom002ReplacesTheCheckFunction(t *testing.T) {
 		t.Fatalf("after the upgrade: %+v, want allowed with the count 2", res[0])
 	}
 }
+
+// A store of the previous release (version 3), used by a role that may
+// not create anything: that role cannot migrate it (New fails and changes
+// nothing); once its owner has, the counts are kept, nodes of the previous
+// release still running keep checking with the function they know, and the
+// role uses the buckets table with the rights it had on the counters table.
+func TestUpgradeFrom003AddsBuckets(t *testing.T) {
+	p, owner := newDB(t)
+	ctx := context.Background()
+	migrateTo(t, owner, 3)
+	now := strategytest.Base.Add(30 * time.Second)
+	if ok, n := oldCheck(t, owner, 1, "k", now); !ok || n != 1 {
+		t.Fatalf("check at version 3: allowed %v, count %v; want allowed, 1", ok, n)
+	}
+	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes")
+	if _, err := postgres.New(ctx, app, postgres.Config{}); err == nil || !strings.Contains(err.Error(), "004_buckets.sql") {
+		t.Fatalf("New as a role without CREATE on a store at version 3: err = %v, want one naming migration 004", err)
+	}
+	if v := schemaVersion(t, owner); v != 3 {
+		t.Fatalf("schema version %d after a failed migration, want 3", v)
+	}
+	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
+		t.Fatalf("New on a store at version 3: %v", err)
+	}
+	if v := schemaVersion(t, owner); v != migrationCount(t) {
+		t.Fatalf("schema version %d after New, want %d", v, migrationCount(t))
+	}
+	if ok, n := oldCheck(t, app, 2, "k", now); !ok || n != 2 {
+		t.Fatalf("check of a node of the previous release after the upgrade: allowed %v, count %v; want allowed, 2", ok, n)
+	}
+	s, err := postgres.New(ctx, app, postgres.Config{})
+	if err != nil {
+		t.Fatalf("New as the role after the upgrade: %v", err)
+	}
+	if got := mustWindow(t, s, "old", "k", strategy.WindowStart(now, time.Minute), time.Minute); got != 2 {
+		t.Fatalf("count of the previous release's key: %v, want 2", got)
+	}
+	useEverything(t, s, 10)
+}

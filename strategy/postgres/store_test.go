@@ -431,30 +431,44 @@ func TestRetryRacingItsFirstAttemptCountsOnce(t *testing.T) {
 	}
 }
 
-// A replayed batch never touches counter rows: it does not wait on a row
-// another transaction holds (the lane is checked first, and alone).
+// A replayed batch never touches counter or bucket rows: it does not wait
+// on a row another transaction holds (the lane is checked first, and
+// alone).
 func TestReplayTouchesNoCounterRow(t *testing.T) {
 	s, pool := newStore(t, postgres.Config{})
 	ctx := context.Background()
 	size := time.Minute
 	start := strategy.WindowStart(strategytest.Base, size)
-	b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, size, 1)}}
+	b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, size, 1)},
+		Buckets: []strategy.BucketDiff{{Namespace: "ns", Key: "k", Kind: 1, Window: size, At: strategytest.Base.UnixMilli(), Cost: 1, Rate: 1}}}
+	check := []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: strategytest.Base,
+		Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 10}, {Kind: 1, WindowSize: size, Limit: 1, Burst: 10}}}}
 	mustPush(t, s, b)
+	if _, err := s.CheckAndCount(ctx, "n", 2, check); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.ratesync_counters FOR UPDATE`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.ratesync_counters, public.ratesync_counters_buckets FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.PushDiffs(rctx, b); err != nil {
-		t.Fatalf("replay while the counter row is locked: %v", err)
+		t.Fatalf("replay while the rows are locked: %v", err)
 	}
 	if _, err := s.PushAndCount(rctx, b); err != nil {
-		t.Fatalf("replayed PushAndCount while the counter row is locked: %v", err)
+		t.Fatalf("replayed PushAndCount while the rows are locked: %v", err)
+	}
+	res, err := s.CheckAndCount(rctx, "n", 2, check)
+	if err != nil {
+		t.Fatalf("replayed CheckAndCount while the rows are locked: %v", err)
+	}
+	if res[0].Allowed || res[0].Totals[0].Current != 2 || res[0].Buckets[1].Level != 2*60000 {
+		t.Fatalf("replayed check: %+v, want denied with the current state (count 2, level 120000)", res[0])
 	}
 }
 
@@ -663,5 +677,35 @@ func TestMigratedStoreNeedsNoCreatePrivilege(t *testing.T) {
 	_, err = postgres.New(ctx, app, postgres.Config{Schema: "elsewhere"})
 	if err == nil || !strings.Contains(err.Error(), "postgres: create schema elsewhere") {
 		t.Fatalf("New of a new schema without CREATE: err = %v, want one naming the schema", err)
+	}
+}
+
+// Every statement works in every pgx QueryExecMode, including those that
+// prepare nothing on the server (PgBouncer in transaction mode) and the
+// simple protocol, where the check function's overloads are told apart by
+// their number of arguments alone.
+func TestEveryQueryExecMode(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p, _ := newDB(t)
+			cfg, err := pgxpool.ParseConfig(p.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			s, err := postgres.New(context.Background(), pool, postgres.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			useEverything(t, s, 1)
+		})
 	}
 }
