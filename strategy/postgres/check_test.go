@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,5 +183,56 @@ func TestConcurrentChecksWithPlaceholdersNeverDeadlock(t *testing.T) {
 	}
 	if want := float64(counted.Load()); total != want {
 		t.Errorf("total of the 1s windows = %v, want %v (each diff and passing check once)", total, want)
+	}
+}
+
+// Window checks decide exactly as strategy.WindowFits, on cases at the
+// boundary: exact fits (the request takes the last of the limit) and cases
+// where the weighted sum cur + prev*weight + cost, rounded at each step,
+// decides otherwise. Each case is its own key, counted by one push, and
+// all are decided in one call.
+func TestWindowChecksDecideAsWindowFits(t *testing.T) {
+	s, _ := newStore(t, postgres.Config{})
+	ctx := context.Background()
+	rng := newRand(3)
+	type tc struct {
+		size, elapsed   int64
+		cur, prev, cost float64
+		limit           float64
+	}
+	var cases []tc
+	for len(cases) < 200 {
+		c := tc{size: []int64{1000, 3000, 60000, 7}[rng.IntN(4)], cur: float64(rng.IntN(40)), prev: float64(rng.IntN(40)), cost: float64(1 + rng.IntN(3))}
+		c.elapsed = rng.Int64N(c.size)
+		c.limit = ((c.cur+c.cost)*float64(c.size) + c.prev*float64(c.size-c.elapsed)) / float64(c.size)
+		if rng.IntN(2) == 0 {
+			c.limit = math.Nextafter(c.limit, 0)
+		}
+		fits := strategy.WindowFits(c.cur, c.prev, c.cost, c.limit, c.size, c.elapsed, false)
+		weighted := c.cur+c.prev*(float64(c.size-c.elapsed)/float64(c.size))+c.cost <= c.limit
+		if c.limit > 0 && fits != weighted {
+			cases = append(cases, c)
+		}
+	}
+	base := strategytest.Base.Add(5 * time.Hour)
+	var diffs []strategy.Diff
+	var checks []strategy.Check
+	for i, c := range cases {
+		size := time.Duration(c.size) * time.Millisecond
+		start := strategy.WindowStart(base, size)
+		key := fmt.Sprintf("w%03d", i)
+		diffs = append(diffs, diff("ns", key, start, size, c.cur), diff("ns", key, start.Add(-size), size, c.prev))
+		checks = append(checks, strategy.Check{Namespace: "ns", Key: key, Cost: c.cost, Now: start.Add(time.Duration(c.elapsed) * time.Millisecond),
+			Limits: []strategy.CheckLimit{{WindowSize: size, Limit: c.limit}}})
+	}
+	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: diffs})
+	res, err := s.CheckAndCount(ctx, "n", 2, checks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cases {
+		if want := strategy.WindowFits(c.cur, c.prev, c.cost, c.limit, c.size, c.elapsed, false); res[i].Allowed != want {
+			t.Errorf("case %+v: allowed %v, want %v (WindowFits)", c, res[i].Allowed, want)
+		}
 	}
 }
