@@ -3,8 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"strings"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,15 +14,15 @@ import (
 	"github.com/ratesync/ratesync/strategy/postgres"
 )
 
-// Differential test of CheckAndCount's function (migration 003) on what it
-// handles run by run: checks whose Now straddle window boundaries (a row
-// that is one check's previous window and another's current one), several
-// sizes and namespaces in one batch (runs of previous and current windows
-// alternating), current windows present then absent in one run (the locking
-// switches from FOR UPDATE to ON CONFLICT at the first absent row), absent
-// current windows created then dropped because every check on them was
-// denied (cost above the limit), zero-cost checks that keep a row at 0,
-// refunds, and replays. Results and the store must match the memory
+// Differential test of CheckAndCount's function (migration 004, locking
+// counters as 003 does) on what it handles run by run: checks whose Now
+// straddle window boundaries (a row that is one check's previous window and
+// another's current one), several sizes and namespaces in one batch (runs
+// of previous and current windows alternating), current windows present
+// then absent in one run (the locking switches from FOR UPDATE to ON
+// CONFLICT at the first absent row), absent current windows created then
+// dropped because every check on them was denied (cost above the limit) or
+// counted nothing (cost 0), refunds, and replays. Results and the store must match the memory
 // store's after every batch.
 func TestCheckAndCountAgreesWithTheMemoryStore(t *testing.T) {
 	s, _ := newStore(t, postgres.Config{})
@@ -187,54 +186,53 @@ func TestConcurrentChecksWithPlaceholdersNeverDeadlock(t *testing.T) {
 	}
 }
 
-// A store migrated before migration 003 (the per-row function of 002) gets
-// the set-based function when a node of this version starts, and keeps its
-// counts.
-func TestUpgradeFrom002ReplacesTheCheckFunction(t *testing.T) {
-	s, pool := newStore(t, postgres.Config{})
+// Window checks decide exactly as strategy.WindowFits, on cases at the
+// boundary: exact fits (the request takes the last of the limit) and cases
+// where the weighted sum cur + prev*weight + cost, rounded at each step,
+// decides otherwise. Each case is its own key, counted by one push, and
+// all are decided in one call.
+func TestWindowChecksDecideAsWindowFits(t *testing.T) {
+	s, _ := newStore(t, postgres.Config{})
 	ctx := context.Background()
-	now := strategytest.Base.Add(30 * time.Second)
-	check := []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}}}
-	if _, err := s.CheckAndCount(ctx, "n", 1, check); err != nil {
-		t.Fatal(err)
+	rng := newRand(3)
+	type tc struct {
+		size, elapsed   int64
+		cur, prev, cost float64
+		limit           float64
 	}
-	// Back to version 2, as a node of the previous release left it.
-	old, err := os.ReadFile("migrations/002_check.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sql := range []string{
-		"DROP FUNCTION public.ratesync_counters_check",
-		strings.NewReplacer("{{counters}}", "public.ratesync_counters", "{{lanes}}", "public.ratesync_lanes",
-			"{{check}}", "public.ratesync_counters_check").Replace(string(old)),
-		"DELETE FROM public.ratesync_counters_migrations WHERE version > 2",
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
+	var cases []tc
+	for len(cases) < 200 {
+		c := tc{size: []int64{1000, 3000, 60000, 7}[rng.IntN(4)], cur: float64(rng.IntN(40)), prev: float64(rng.IntN(40)), cost: float64(1 + rng.IntN(3))}
+		c.elapsed = rng.Int64N(c.size)
+		c.limit = ((c.cur+c.cost)*float64(c.size) + c.prev*float64(c.size-c.elapsed)) / float64(c.size)
+		if rng.IntN(2) == 0 {
+			c.limit = math.Nextafter(c.limit, 0)
+		}
+		fits := strategy.WindowFits(c.cur, c.prev, c.cost, c.limit, c.size, c.elapsed, false)
+		weighted := c.cur+c.prev*(float64(c.size-c.elapsed)/float64(c.size))+c.cost <= c.limit
+		if c.limit > 0 && fits != weighted {
+			cases = append(cases, c)
 		}
 	}
-	body := func() string {
-		var def string
-		if err := pool.QueryRow(ctx, "SELECT pg_get_functiondef('public.ratesync_counters_check'::regproc)").Scan(&def); err != nil {
-			t.Fatal(err)
-		}
-		return def
+	base := strategytest.Base.Add(5 * time.Hour)
+	var diffs []strategy.Diff
+	var checks []strategy.Check
+	for i, c := range cases {
+		size := time.Duration(c.size) * time.Millisecond
+		start := strategy.WindowStart(base, size)
+		key := fmt.Sprintf("w%03d", i)
+		diffs = append(diffs, diff("ns", key, start, size, c.cur), diff("ns", key, start.Add(-size), size, c.prev))
+		checks = append(checks, strategy.Check{Namespace: "ns", Key: key, Cost: c.cost, Now: start.Add(time.Duration(c.elapsed) * time.Millisecond),
+			Limits: []strategy.CheckLimit{{WindowSize: size, Limit: c.limit}}})
 	}
-	if strings.Contains(body(), "OPEN walk") {
-		t.Fatal("setup: the function is still migration 003's")
-	}
-	s, err = postgres.New(ctx, pool, postgres.Config{})
-	if err != nil {
-		t.Fatalf("New on a store at version 2: %v", err)
-	}
-	if !strings.Contains(body(), "OPEN walk") {
-		t.Fatal("New on a store at version 2 left the function of migration 002")
-	}
-	res, err := s.CheckAndCount(ctx, "n", 2, check)
+	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: diffs})
+	res, err := s.CheckAndCount(ctx, "n", 2, checks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res[0].Allowed || res[0].Totals[0].Current != 2 {
-		t.Fatalf("after the upgrade: %+v, want allowed with the count 2", res[0])
+	for i, c := range cases {
+		if want := strategy.WindowFits(c.cur, c.prev, c.cost, c.limit, c.size, c.elapsed, false); res[i].Allowed != want {
+			t.Errorf("case %+v: allowed %v, want %v (WindowFits)", c, res[i].Allowed, want)
+		}
 	}
 }

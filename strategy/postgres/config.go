@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,14 +20,18 @@ const (
 	DefaultLaneTTL    = 24 * time.Hour
 )
 
-// Names derived from Config.Table: the schema version table and the
-// function CheckAndCount calls. Table is at most maxTable bytes so that
-// they stay within PostgreSQL's 63-byte identifiers.
+// Names derived from Config.Table: the schema version table, the function
+// CheckAndCount calls, the buckets table and the function that applies
+// bucket diffs. Table is at most maxTable bytes so that they stay within
+// PostgreSQL's 63-byte identifiers (no suffix is longer than
+// versionSuffix).
 const (
-	versionSuffix = "_migrations"
-	checkSuffix   = "_check"
-	maxIdent      = 63
-	maxTable      = maxIdent - len(versionSuffix)
+	versionSuffix   = "_migrations"
+	checkSuffix     = "_check"
+	bucketsSuffix   = "_buckets"
+	bucketAddSuffix = "_bucket_add"
+	maxIdent        = 63
+	maxTable        = maxIdent - len(versionSuffix)
 )
 
 // Config configures a Store. Its zero value is valid: every field has a
@@ -38,8 +43,9 @@ type Config struct {
 	Schema string
 
 	// Table is the counters table. Default "ratesync_counters". The schema
-	// version table is Table+"_migrations" and CheckAndCount's function
-	// Table+"_check", so Table is at most 52 bytes. Two Stores with
+	// version table is Table+"_migrations", CheckAndCount's function
+	// Table+"_check", the buckets table Table+"_buckets" and its function
+	// Table+"_bucket_add", so Table is at most 52 bytes. Two Stores with
 	// different Tables are two independent stores in one schema.
 	Table string
 
@@ -120,10 +126,9 @@ func (c Config) validate() error {
 	ident("Schema", "schema", c.Schema, maxIdent)
 	tableOK := ident("Table", "table", c.Table, maxTable)
 	if ident("LaneTable", "lane_table", c.LaneTable, maxIdent) && tableOK {
-		for _, taken := range []string{c.Table, c.Table + versionSuffix, c.Table + checkSuffix} {
-			if c.LaneTable == taken {
-				bad("LaneTable", "lane_table", c.LaneTable, fmt.Sprintf("must differ from the table name %q and the names derived from it (%q, %q)", c.Table, c.Table+versionSuffix, c.Table+checkSuffix))
-			}
+		derived := []string{c.Table + versionSuffix, c.Table + checkSuffix, c.Table + bucketsSuffix, c.Table + bucketAddSuffix}
+		if c.LaneTable == c.Table || slices.Contains(derived, c.LaneTable) {
+			bad("LaneTable", "lane_table", c.LaneTable, fmt.Sprintf("must differ from the table name %q and the names derived from it (%q)", c.Table, strings.Join(derived, `", "`)))
 		}
 	}
 	if c.PurgeBatch < 0 {
@@ -142,15 +147,18 @@ func (c Config) validate() error {
 // objects, ready to put in SQL text. They come from validated names only.
 type names struct {
 	counters, lanes, versions, check string
+	buckets, bucketAdd               string
 }
 
 func (c Config) names() names {
 	q := func(name string) string { return pgx.Identifier{c.Schema, name}.Sanitize() }
 	return names{
-		counters: q(c.Table),
-		lanes:    q(c.LaneTable),
-		versions: q(c.Table + versionSuffix),
-		check:    q(c.Table + checkSuffix),
+		counters:  q(c.Table),
+		lanes:     q(c.LaneTable),
+		versions:  q(c.Table + versionSuffix),
+		check:     q(c.Table + checkSuffix),
+		buckets:   q(c.Table + bucketsSuffix),
+		bucketAdd: q(c.Table + bucketAddSuffix),
 	}
 }
 

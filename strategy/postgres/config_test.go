@@ -18,6 +18,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"schema", postgres.Config{Schema: "A"}, "Schema", "schema", "A"},
 		{"table", postgres.Config{Table: "x-y"}, "Table", "table", "x-y"},
 		{"lane table", postgres.Config{Table: "t", LaneTable: "t_check"}, "LaneTable", "lane_table", "t_check"},
+		{"lane table as the buckets table", postgres.Config{Table: "t", LaneTable: "t_buckets"}, "LaneTable", "lane_table", "t_buckets"},
 		{"purge batch", postgres.Config{PurgeBatch: -1}, "PurgeBatch", "purge_batch", "-1"},
 		{"lane ttl", postgres.Config{LaneTTL: time.Microsecond}, "LaneTTL", "lane_ttl", "1µs"},
 	}

@@ -45,27 +45,42 @@ func proxiedPool(t *testing.T, p *testenv.Postgres) (*pgxpool.Pool, *testenv.Pro
 }
 
 // The server applies a batch and its reply is lost: the call fails, and
-// its retry with the same (Node, Seq) counts nothing again.
+// its retry with the same (Node, Seq) counts nothing again. Bucket diffs
+// and bucket limits too: a batch of bucket diffs alone records its seq.
 func TestDroppedReplyThenRetryCountsOnce(t *testing.T) {
 	size := time.Minute
 	now := strategytest.Base.Add(15 * time.Second)
 	start := strategy.WindowStart(now, size)
-	checks := func() []strategy.Check {
-		return []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 100}}}}
+	window := []strategy.Diff{diff("ns", "k", start, size, 1)}
+	buckets := []strategy.BucketDiff{{Namespace: "ns", Key: "k", Kind: 1, Window: time.Second, At: now.UnixMilli(), Cost: 1, Rate: 1}}
+	checks := func(limits ...strategy.CheckLimit) []strategy.Check {
+		return []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: now, Limits: append([]strategy.CheckLimit{{WindowSize: size, Limit: 100}}, limits...)}}
 	}
+	bucketLimit := strategy.CheckLimit{Kind: 1, WindowSize: time.Second, Limit: 1, Burst: 100}
 	for _, c := range []struct {
 		name string
 		call func(ctx context.Context, s *postgres.Store, seq uint64) error
 	}{
 		{"PushDiffs", func(ctx context.Context, s *postgres.Store, seq uint64) error {
-			return s.PushDiffs(ctx, strategy.Batch{Node: "n", Seq: seq, Diffs: []strategy.Diff{diff("ns", "k", start, size, 1)}})
+			return s.PushDiffs(ctx, strategy.Batch{Node: "n", Seq: seq, Diffs: window})
 		}},
 		{"PushAndCount", func(ctx context.Context, s *postgres.Store, seq uint64) error {
-			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: seq, Diffs: []strategy.Diff{diff("ns", "k", start, size, 1)}})
+			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: seq, Diffs: window})
 			return err
 		}},
 		{"CheckAndCount", func(ctx context.Context, s *postgres.Store, seq uint64) error {
 			_, err := s.CheckAndCount(ctx, "n", seq, checks())
+			return err
+		}},
+		{"PushDiffs of bucket diffs alone", func(ctx context.Context, s *postgres.Store, seq uint64) error {
+			return s.PushDiffs(ctx, strategy.Batch{Node: "n", Seq: seq, Buckets: buckets})
+		}},
+		{"PushAndCount with bucket diffs", func(ctx context.Context, s *postgres.Store, seq uint64) error {
+			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: seq, Diffs: window, Buckets: buckets})
+			return err
+		}},
+		{"CheckAndCount with a bucket limit", func(ctx context.Context, s *postgres.Store, seq uint64) error {
+			_, err := s.CheckAndCount(ctx, "n", seq, checks(bucketLimit))
 			return err
 		}},
 	} {
@@ -81,23 +96,32 @@ func TestDroppedReplyThenRetryCountsOnce(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			state := func() string { // the window's count and the bucket
+				b, err := check.GetBuckets(ctx, "ns", []strategy.BucketRef{{Key: "k", Kind: 1, Window: time.Second}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fmt.Sprintf("window %v, buckets %+v", mustWindow(t, check, "ns", "k", start, size), b)
+			}
 			// Seq 1 prepares the statement on the pool's one connection, so
 			// that seq 2 is a single exchange whose reply can be dropped.
 			if err := c.call(ctx, s, 1); err != nil {
 				t.Fatalf("seq 1: %v", err)
 			}
+			once := state()
 			proxy.DropReplies(1)
 			if err := c.call(ctx, s, 2); err == nil {
 				t.Fatal("seq 2 with its reply dropped: no error")
 			}
-			if got := mustWindow(t, check, "ns", "k", start, size); got != 2 {
-				t.Fatalf("after the lost reply the store holds %v, want 2 (the server applied seq 2)", got)
+			twice := state()
+			if twice == once {
+				t.Fatalf("after the lost reply the store holds %s, as after seq 1: the server did not apply seq 2", twice)
 			}
 			if err := c.call(ctx, s, 2); err != nil {
 				t.Fatalf("retry of seq 2: %v", err)
 			}
-			if got := mustWindow(t, check, "ns", "k", start, size); got != 2 {
-				t.Fatalf("after the retry the store holds %v, want 2 (seq 2 counted once)", got)
+			if got := state(); got != twice {
+				t.Fatalf("after the retry the store holds %s, want %s (seq 2 counted once)", got, twice)
 			}
 		})
 	}

@@ -63,6 +63,8 @@ func (n names) render(sql string) string {
 		"{{counters}}", n.counters,
 		"{{lanes}}", n.lanes,
 		"{{check}}", n.check,
+		"{{buckets}}", n.buckets,
+		"{{bucket_add}}", n.bucketAdd,
 	).Replace(sql)
 }
 

@@ -29,6 +29,31 @@ func purgeLanesSQL(n names) string {
 	LIMIT $2 FOR UPDATE SKIP LOCKED))`
 }
 
+// purgeBucketsSQL deletes at most $6 buckets of namespace $1 that are empty
+// as of $2 (strategy.BucketLevel at the rate they last drained at is 0,
+// written as in migration 004), among those after ($3, $4, $5) in
+// primary-key order, and returns how many it deleted and the last of them
+// (NULLs when none). Each statement is its own short transaction; buckets
+// that a push or check holds are skipped (SKIP LOCKED), left for the next
+// purge. Batch after batch, a purge resumes after the last bucket deleted,
+// so that it reads the namespace's buckets once in all.
+func purgeBucketsSQL(n names) string {
+	return `WITH gone AS (
+	DELETE FROM ` + n.buckets + ` WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM ` + n.buckets + `
+		WHERE namespace = $1 AND (key, kind, window_ms) > ($3::bytea, $4::smallint, $5::bigint)
+		  AND CASE WHEN $2::bigint <= at_ms THEN level <= 0
+		           WHEN rate >= level THEN true
+		           ELSE level - ($2::bigint - at_ms)::double precision * rate <= 0 END
+		ORDER BY key, kind, window_ms
+		LIMIT $6 FOR UPDATE SKIP LOCKED))
+	RETURNING key, kind, window_ms
+)
+SELECT d.deleted, l.key, l.kind, l.window_ms
+FROM (SELECT count(*) AS deleted FROM gone) d
+LEFT JOIN (SELECT key, kind, window_ms FROM gone ORDER BY key DESC, kind DESC, window_ms DESC LIMIT 1) l ON true`
+}
+
 // purgeKeep is how many windows before the current one Purge keeps: the
 // previous window, which every node reads, and one spare for nodes whose
 // clock lags by up to a window (their "previous" is our second-to-last)
@@ -39,7 +64,8 @@ const purgeKeep = 2
 
 // Purge deletes the namespace's windows of windowSizes that started more
 // than two windows before the current one as of now (keeping the current,
-// the previous and one spare window), and lanes that applied nothing for
+// the previous and one spare window), its buckets that are empty as of now
+// (at the rate they last drained at), and lanes that applied nothing for
 // Config.LaneTTL by the server's clock. It deletes in batches of
 // Config.PurgeBatch rows, one short statement each, until a batch comes
 // back short; rows held by concurrent writers are left for the next call.
@@ -64,6 +90,9 @@ func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.
 			return dbErr(ctx, fmt.Sprintf("purge namespace %q, window size %v", namespace, size), err)
 		}
 	}
+	if err := s.purgeBuckets(ctx, namespace, now.UnixMilli()); err != nil {
+		return dbErr(ctx, fmt.Sprintf("purge the buckets of namespace %q", namespace), err)
+	}
 	if err := s.purgeBatches(ctx, s.q.purgeLanes, s.cfg.LaneTTL.Milliseconds()); err != nil {
 		return dbErr(ctx, "purge lanes", err)
 	}
@@ -82,5 +111,28 @@ func (s *Store) purgeBatches(ctx context.Context, sql string, args ...any) error
 		if tag.RowsAffected() < int64(s.cfg.PurgeBatch) {
 			return nil
 		}
+	}
+}
+
+// purgeBuckets runs purgeBucketsSQL from the namespace's first bucket on,
+// each batch after the last bucket the previous one deleted, until a batch
+// deletes less than a full one.
+func (s *Store) purgeBuckets(ctx context.Context, namespace string, now int64) error {
+	key, kind, window := []byte{}, int16(0), int64(0) // before every bucket (kinds are >= 1)
+	for {
+		var (
+			deleted int64
+			k       []byte
+			kd      *int16
+			w       *int64
+		)
+		err := s.pool.QueryRow(ctx, s.q.purgeBuckets, namespace, now, key, kind, window, s.cfg.PurgeBatch).Scan(&deleted, &k, &kd, &w)
+		if err != nil {
+			return err
+		}
+		if deleted < int64(s.cfg.PurgeBatch) || kd == nil || w == nil {
+			return nil
+		}
+		key, kind, window = k, *kd, *w
 	}
 }

@@ -12,57 +12,91 @@ import (
 	"github.com/ratesync/ratesync/strategy"
 )
 
-// pushWith is the head of the push statement, shared by PushDiffs and
-// PushAndCount. One statement is one transaction, so the lane record and
-// the counters change together or not at all:
+// pushWith returns the head of the push statement, shared by PushDiffs and
+// PushAndCount. One statement is one transaction, so the lane record, the
+// buckets and the counters change together or not at all:
 //
 //   - lane upserts the lane's row only when the batch's seq is above the
 //     recorded one, and returns a row only then. Its row lock serializes
 //     pushes of one lane: a retry racing its still-running first attempt
 //     waits for it, then (READ COMMITTED re-checks the newest row version)
 //     finds seq not above the record and returns nothing;
+//   - with bucket diffs (bucketArg > 0: the number of the first of their
+//     parameters), bk calls the function of migration 004 that applies
+//     them, once per row of lane: only when the batch is new, and after the
+//     lane row is locked;
 //   - up adds the batch's counters only WHERE EXISTS (SELECT 1 FROM lane),
-//     a one-time filter evaluated before the first counter row, so the lane
-//     row is always locked first. Rows arrive aggregated (ON CONFLICT cannot
-//     touch a row twice in one statement) and sorted by rowKey.compare, and
-//     the plan feeds the insert straight from the function scan, in array
-//     order, so concurrent pushes (and checks) lock shared rows in one
-//     order and never deadlock.
+//     or FROM bk when there is one, a one-time filter evaluated before the
+//     first counter row, so the lane row, then the buckets, are always
+//     locked first (the order CheckAndCount locks them in too). Rows arrive
+//     aggregated (ON CONFLICT cannot touch a row twice in one statement) and
+//     sorted by rowKey.compare, and the plan feeds the insert straight from
+//     the function scan, in array order, so concurrent pushes (and checks)
+//     lock shared rows in one order and never deadlock.
 //
-// %[1]s is the counters table, %[2]s the lane table, %[3]s up's RETURNING.
-const pushWith = `WITH lane AS (
-	INSERT INTO %[2]s AS l (node, seq, updated_at) VALUES ($6, $7, now())
+// returning is up's RETURNING clause, if any.
+func pushWith(n names, returning string, bucketArg int) string {
+	gate, bk := "lane", ""
+	if bucketArg > 0 {
+		gate = "bk"
+		p := func(i int, typ string) string { return fmt.Sprintf("$%d::%s", bucketArg+i, typ) }
+		bk = `, bk AS (
+	SELECT ` + n.bucketAdd + `(` + strings.Join([]string{p(0, "text[]"), p(1, "bytea[]"), p(2, "smallint[]"), p(3, "bigint[]"),
+			p(4, "bigint[]"), p(5, "float8[]"), p(6, "float8[]"), p(7, "integer[]")}, ", ") + `) FROM lane
+)`
+	}
+	return `WITH lane AS (
+	INSERT INTO ` + n.lanes + ` AS l (node, seq, updated_at) VALUES ($6, $7, now())
 	ON CONFLICT (node) DO UPDATE SET seq = EXCLUDED.seq, updated_at = EXCLUDED.updated_at
 	WHERE l.seq < EXCLUDED.seq
 	RETURNING 1
-), up AS (
-	INSERT INTO %[1]s AS c (namespace, window_size, window_start, key, count)
+)` + bk + `, up AS (
+	INSERT INTO ` + n.counters + ` AS c (namespace, window_size, window_start, key, count)
 	SELECT d.namespace, d.window_size, d.window_start, d.key, d.count
 	FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bytea[], $5::float8[])
 	     AS d(namespace, window_size, window_start, key, count)
-	WHERE EXISTS (SELECT 1 FROM lane)
+	WHERE EXISTS (SELECT 1 FROM ` + gate + `)
 	ON CONFLICT (namespace, window_size, window_start, key)
-	DO UPDATE SET count = c.count + EXCLUDED.count%[3]s
+	DO UPDATE SET count = c.count + EXCLUDED.count` + returning + `
 )
 `
+}
 
-// pushSQL returns whether the batch was applied (1) or not (0).
-func pushSQL(n names) string {
-	return fmt.Sprintf(pushWith, n.counters, n.lanes, "") + `SELECT count(*) FROM lane`
+// pushParams and pushCountParams are the number of parameters of pushSQL
+// and pushCountSQL without bucket diffs: their bucket diffs come after.
+const (
+	pushParams      = 7
+	pushCountParams = 11
+)
+
+// pushSQL returns whether the batch was applied (1) or not (0). With
+// buckets, the batch's bucket diffs are $8..$15.
+func pushSQL(n names, buckets bool) string {
+	return pushWith(n, "", bucketArg(buckets, pushParams)) + `SELECT count(*) FROM lane`
 }
 
 // pushCountSQL returns the final count of every counter the batch changed
 // (first column true; none when the batch was not applied), then the count
 // of each previous window named in $8..$11 that the batch did not change
 // (first column false, as of the statement's start; absent rows omitted).
-func pushCountSQL(n names) string {
-	return fmt.Sprintf(pushWith, n.counters, n.lanes, `
-	RETURNING c.namespace, c.window_size, c.window_start, c.key, c.count`) + `SELECT true, namespace, window_size, window_start, key, count FROM up
+// With buckets, the batch's bucket diffs are $12..$19.
+func pushCountSQL(n names, buckets bool) string {
+	return pushWith(n, `
+	RETURNING c.namespace, c.window_size, c.window_start, c.key, c.count`, bucketArg(buckets, pushCountParams)) + `SELECT true, namespace, window_size, window_start, key, count FROM up
 UNION ALL
 SELECT false, c.namespace, c.window_size, c.window_start, c.key, c.count
 FROM unnest($8::text[], $9::bigint[], $10::bigint[], $11::bytea[]) AS e(namespace, window_size, window_start, key)
 JOIN ` + n.counters + ` c ON c.namespace = e.namespace AND c.window_size = e.window_size
 	AND c.window_start = e.window_start AND c.key = e.key`
+}
+
+// bucketArg is the number of the first bucket parameter of a statement of
+// params parameters, 0 without buckets.
+func bucketArg(buckets bool, params int) int {
+	if !buckets {
+		return 0
+	}
+	return params + 1
 }
 
 // readRowsSQL reads the counters named in $1..$4 (absent rows omitted).
@@ -167,10 +201,31 @@ func checkBatch(b strategy.Batch) error {
 			return fmt.Errorf("%w (batch %d of node %q)", err, b.Seq, b.Node)
 		}
 	}
+	for _, d := range b.Buckets {
+		if err := checkBucketDiff(d); err != nil {
+			return fmt.Errorf("%w (batch %d of node %q)", err, b.Seq, b.Node)
+		}
+	}
 	return nil
 }
 
-// PushDiffs applies b at most once per (b.Node, b.Seq), in one statement.
+// withBuckets returns the statement to run for b, sql or, when b has
+// bucket diffs, withB, and args followed by those diffs' arguments.
+func withBuckets(b strategy.Batch, sql, withB string, args ...any) (string, []any) {
+	if len(b.Buckets) == 0 {
+		return sql, args
+	}
+	a := newBucketDiffArgs(b.Buckets)
+	return withB, append(args, a.ns, a.key, a.kind, a.window, a.at, a.cw, a.rate, a.ends)
+}
+
+// batchWhat names b in errors.
+func batchWhat(verb string, b strategy.Batch) string {
+	return fmt.Sprintf("%s batch %d of node %q (%d diffs, %d bucket diffs)", verb, b.Seq, b.Node, len(b.Diffs), len(b.Buckets))
+}
+
+// PushDiffs applies b (its diffs and its bucket diffs) at most once per
+// (b.Node, b.Seq), in one statement.
 func (s *Store) PushDiffs(ctx context.Context, b strategy.Batch) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -179,10 +234,10 @@ func (s *Store) PushDiffs(ctx context.Context, b strategy.Batch) error {
 		return err
 	}
 	c := sumColumns(aggregate(b.Diffs))
+	sql, args := withBuckets(b, s.q.push, s.q.pushBuckets, c.ns, c.size, c.start, c.key, c.counts, b.Node, seqParam(b.Seq))
 	var applied int64
-	err := s.pool.QueryRow(ctx, s.q.push, c.ns, c.size, c.start, c.key, c.counts, b.Node, seqParam(b.Seq)).Scan(&applied)
-	if err != nil {
-		return dbErr(ctx, fmt.Sprintf("push batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs)), err)
+	if err := s.pool.QueryRow(ctx, sql, args...).Scan(&applied); err != nil {
+		return dbErr(ctx, batchWhat("push", b), err)
 	}
 	return nil
 }
@@ -213,7 +268,7 @@ func (s *Store) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.
 		err = s.readRows(ctx, &all, counts)
 	}
 	if err != nil {
-		return nil, dbErr(ctx, fmt.Sprintf("push and count batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs)), err)
+		return nil, dbErr(ctx, batchWhat("push and count", b), err)
 	}
 	if !applied {
 		return currentTotals(b.Diffs, counts), nil
@@ -246,8 +301,9 @@ func (s *Store) pushCount(ctx context.Context, b strategy.Batch, sums []sum, ext
 	c := sumColumns(sums)
 	e := keyColumns(nil, extra)
 	applied := false
-	rows, err := s.pool.Query(ctx, s.q.pushCount, c.ns, c.size, c.start, c.key, c.counts, b.Node, seqParam(b.Seq),
+	sql, args := withBuckets(b, s.q.pushCount, s.q.pushCountBuckets, c.ns, c.size, c.start, c.key, c.counts, b.Node, seqParam(b.Seq),
 		e.ns, e.size, e.start, e.key)
+	rows, err := s.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return false, err
 	}

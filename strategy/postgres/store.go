@@ -1,7 +1,9 @@
 // Package postgres is a strategy.Strategy kept in PostgreSQL: the central
 // store of counters for a cluster of nodes (Kong's "cluster" strategy). It
 // also implements strategy.PushCounter and strategy.Checker, so that
-// synchronous namespaces make one round trip per batch of hits or checks.
+// synchronous namespaces make one round trip per batch of hits or checks,
+// and strategy.BucketStore: it keeps buckets, applies bucket diffs with a
+// push and decides bucket limits in CheckAndCount.
 //
 // It owns its schema and the SQL that reads and writes it: New creates or
 // migrates the schema (versioned migrations embedded in the binary, applied
@@ -16,8 +18,13 @@
 //	                  key bytea, count double precision,
 //	                  PRIMARY KEY (namespace, window_size, window_start, key))
 //	ratesync_lanes(node text PRIMARY KEY, seq numeric(20,0), updated_at timestamptz)
+//	ratesync_counters_buckets(namespace text, key bytea, kind smallint,
+//	                  window_ms bigint, at_ms bigint, level double precision,
+//	                  rate double precision,
+//	                  PRIMARY KEY (namespace, key, kind, window_ms))
 //	ratesync_counters_migrations(version, name, applied_at)
 //	ratesync_counters_check(...): the function behind CheckAndCount
+//	ratesync_counters_bucket_add(...): the function that applies bucket diffs
 //
 // Window starts and sizes are bigint milliseconds (no 2038 overflow, unlike
 // Kong's int columns) and counts double precision (fractional hits and
@@ -27,22 +34,32 @@
 // valid UTF-8 without NUL, or the call fails with an error naming them.
 // Batch.Seq is a uint64 stored exactly in numeric(20,0).
 //
+// A bucket is one row: its state (strategy.BucketState's At and Level) and
+// the rate it last drained at, which tells Purge when it is empty. Bucket
+// diffs and bucket limits are computed with strategy's arithmetic, in
+// double precision, in the order strategy/bucket.go and
+// strategy.WindowFits write it, so that the store decides as a node does,
+// bit for bit (migrations/004_buckets.sql).
+//
 // Every value is a bind parameter; SQL text holds only the validated,
 // quoted names of Config. A push is one statement (one round trip, one
-// transaction) that records the lane's seq and upserts the batch's counters
-// from arrays, at most once per (Node, Seq). Writers lock counter rows in
-// primary-key order, so concurrent pushes and checks never deadlock.
+// transaction) that records the lane's seq, applies the batch's bucket
+// diffs and upserts the batch's counters from arrays, at most once per
+// (Node, Seq). Writers lock the lane's row, then bucket rows, then counter
+// rows, each in one order, so concurrent pushes and checks never deadlock.
 //
 // Purge deletes, in batches of Config.PurgeBatch rows, the windows that
 // started before the window preceding the previous one (it keeps current,
-// previous and one spare window for nodes whose clock lags), and lanes
-// unused for Config.LaneTTL.
+// previous and one spare window for nodes whose clock lags), the buckets
+// that are empty, and lanes unused for Config.LaneTTL.
 //
 // The pool may use any pgx QueryExecMode (behind PgBouncer in transaction
 // mode, one without server-side prepared statements, as pgx requires).
 // New needs CREATE on the database when Config.Schema does not exist yet,
-// and CREATE on the schema for the first migration; later starts need
-// neither.
+// and CREATE on the schema for a migration; later starts need neither. A
+// role that only uses the store needs SELECT, INSERT, UPDATE and DELETE on
+// the three tables and SELECT on the version table; the migration that adds
+// the buckets table gives it the grants the counters table has.
 package postgres
 
 import (
@@ -65,6 +82,7 @@ var (
 	_ strategy.Strategy    = (*Store)(nil)
 	_ strategy.PushCounter = (*Store)(nil)
 	_ strategy.Checker     = (*Store)(nil)
+	_ strategy.BucketStore = (*Store)(nil)
 )
 
 // Store is a strategy kept in PostgreSQL. It is safe for concurrent use
@@ -146,22 +164,28 @@ func seqParam(seq uint64) pgtype.Numeric {
 
 // queries are the store's SQL statements, built once from the names.
 type queries struct {
-	push, pushCount, readRows string
-	get, getKeys, window      string
-	check                     string
-	purge, purgeLanes         string
+	push, pushCount, readRows       string
+	pushBuckets, pushCountBuckets   string // with bucket diffs
+	get, getKeys, window            string
+	getBuckets                      string
+	check                           string
+	purge, purgeLanes, purgeBuckets string
 }
 
 func newQueries(n names) queries {
 	return queries{
-		push:       pushSQL(n),
-		pushCount:  pushCountSQL(n),
-		readRows:   readRowsSQL(n),
-		get:        getSQL(n, false),
-		getKeys:    getSQL(n, true),
-		window:     windowSQL(n),
-		check:      checkSQL(n),
-		purge:      purgeSQL(n),
-		purgeLanes: purgeLanesSQL(n),
+		push:             pushSQL(n, false),
+		pushCount:        pushCountSQL(n, false),
+		pushBuckets:      pushSQL(n, true),
+		pushCountBuckets: pushCountSQL(n, true),
+		readRows:         readRowsSQL(n),
+		get:              getSQL(n, false),
+		getKeys:          getSQL(n, true),
+		window:           windowSQL(n),
+		getBuckets:       getBucketsSQL(n),
+		check:            checkSQL(n),
+		purge:            purgeSQL(n),
+		purgeLanes:       purgeLanesSQL(n),
+		purgeBuckets:     purgeBucketsSQL(n),
 	}
 }

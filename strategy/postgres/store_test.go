@@ -431,30 +431,44 @@ func TestRetryRacingItsFirstAttemptCountsOnce(t *testing.T) {
 	}
 }
 
-// A replayed batch never touches counter rows: it does not wait on a row
-// another transaction holds (the lane is checked first, and alone).
+// A replayed batch never touches counter or bucket rows: it does not wait
+// on a row another transaction holds (the lane is checked first, and
+// alone).
 func TestReplayTouchesNoCounterRow(t *testing.T) {
 	s, pool := newStore(t, postgres.Config{})
 	ctx := context.Background()
 	size := time.Minute
 	start := strategy.WindowStart(strategytest.Base, size)
-	b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, size, 1)}}
+	b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, size, 1)},
+		Buckets: []strategy.BucketDiff{{Namespace: "ns", Key: "k", Kind: 1, Window: size, At: strategytest.Base.UnixMilli(), Cost: 1, Rate: 1}}}
+	check := []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: strategytest.Base,
+		Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 10}, {Kind: 1, WindowSize: size, Limit: 1, Burst: 10}}}}
 	mustPush(t, s, b)
+	if _, err := s.CheckAndCount(ctx, "n", 2, check); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.ratesync_counters FOR UPDATE`); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM public.ratesync_counters, public.ratesync_counters_buckets FOR UPDATE`); err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := s.PushDiffs(rctx, b); err != nil {
-		t.Fatalf("replay while the counter row is locked: %v", err)
+		t.Fatalf("replay while the rows are locked: %v", err)
 	}
 	if _, err := s.PushAndCount(rctx, b); err != nil {
-		t.Fatalf("replayed PushAndCount while the counter row is locked: %v", err)
+		t.Fatalf("replayed PushAndCount while the rows are locked: %v", err)
+	}
+	res, err := s.CheckAndCount(rctx, "n", 2, check)
+	if err != nil {
+		t.Fatalf("replayed CheckAndCount while the rows are locked: %v", err)
+	}
+	if res[0].Allowed || res[0].Totals[0].Current != 2 || res[0].Buckets[1].Level != 2*60000 {
+		t.Fatalf("replayed check: %+v, want denied with the current state (count 2, level 120000)", res[0])
 	}
 }
 
@@ -571,14 +585,13 @@ func TestConcurrentPushesAndChecksNeverDeadlock(t *testing.T) {
 	}
 }
 
-// Once the schema is migrated, a role with no right to create anything can
-// start (New) and use the store.
-func TestMigratedStoreNeedsNoCreatePrivilege(t *testing.T) {
-	p, owner := newDB(t)
+// appRole creates a login role with no right to create anything, granted
+// what a store needs on tables (SELECT, INSERT, UPDATE, DELETE) and on the
+// version table (SELECT) of the default Config, and returns a pool that
+// logs in as it.
+func appRole(t *testing.T, p *testenv.Postgres, owner *pgxpool.Pool, tables ...string) *pgxpool.Pool {
+	t.Helper()
 	ctx := context.Background()
-	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
-		t.Fatal(err)
-	}
 	role := testenv.Name("ratesync_app_")
 	if _, err := owner.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
 		t.Skipf("cannot create a role on this server: %v", err)
@@ -591,7 +604,7 @@ func TestMigratedStoreNeedsNoCreatePrivilege(t *testing.T) {
 		"REVOKE CREATE ON SCHEMA public FROM PUBLIC",
 		"REVOKE CREATE, TEMPORARY ON DATABASE " + p.Database + " FROM PUBLIC",
 		"GRANT USAGE ON SCHEMA public TO " + role,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON public.ratesync_counters, public.ratesync_lanes TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + strings.Join(tables, ", ") + " TO " + role,
 		"GRANT SELECT ON public.ratesync_counters_migrations TO " + role,
 	} {
 		if _, err := owner.Exec(ctx, grant); err != nil {
@@ -608,25 +621,91 @@ func TestMigratedStoreNeedsNoCreatePrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(app.Close)
-	s, err := postgres.New(ctx, app, postgres.Config{})
-	if err != nil {
-		t.Fatalf("New as a role without CREATE: %v", err)
-	}
+	return app
+}
+
+// useEverything runs every method of s once, as a role that uses the store
+// would, on a key that only bytea holds, and fails t if one fails or
+// answers wrong.
+func useEverything(t *testing.T, s *postgres.Store, seq uint64) {
+	t.Helper()
+	ctx := context.Background()
 	now := strategytest.Base.Add(30 * time.Second)
 	start := strategy.WindowStart(now, time.Minute)
-	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}})
-	if _, err := s.CheckAndCount(ctx, "n", 2, []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}}}); err != nil {
+	const key = "k\x00\xff"
+	mustPush(t, s, strategy.Batch{Node: "n", Seq: seq, Diffs: []strategy.Diff{diff("ns", key, start, time.Minute, 1)},
+		Buckets: []strategy.BucketDiff{{Namespace: "ns", Key: key, Kind: 1, Window: time.Minute, At: now.UnixMilli(), Cost: 1, Rate: 10}}})
+	if _, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: seq + 1, Diffs: []strategy.Diff{diff("ns", key, start, time.Minute, 1)}}); err != nil {
+		t.Fatalf("PushAndCount: %v", err)
+	}
+	res, err := s.CheckAndCount(ctx, "n", seq+2, []strategy.Check{{Namespace: "ns", Key: key, Cost: 1, Now: now,
+		Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}, {Kind: 1, WindowSize: time.Minute, Limit: 10, Burst: 10}}}})
+	if err != nil {
 		t.Fatalf("CheckAndCount: %v", err)
+	}
+	if !res[0].Allowed || res[0].Totals[0].Current != 3 || res[0].Buckets[1].Level != 120000 {
+		t.Fatalf("CheckAndCount: %+v, want allowed, count 3, level 120000", res[0])
 	}
 	if err := s.Purge(ctx, "ns", []time.Duration{time.Minute}, now); err != nil {
 		t.Fatalf("Purge: %v", err)
 	}
-	if got := mustWindow(t, s, "ns", "k", start, time.Minute); got != 2 {
-		t.Fatalf("count = %v, want 2", got)
+	b, err := s.GetBuckets(ctx, "ns", []strategy.BucketRef{{Key: key, Kind: 1, Window: time.Minute}})
+	if err != nil || len(b) != 1 || b[0].Level != 120000 || b[0].At != now.UnixMilli() {
+		t.Fatalf("GetBuckets: %+v, %v; want level 120000 at %d", b, err, now.UnixMilli())
 	}
+	q := strategy.Query{Namespace: "ns", WindowSizes: []time.Duration{time.Minute}, Now: now, Keys: []string{key}}
+	if got := counters(t, s, q); fmt.Sprint(got) != fmt.Sprintf("map[%q@%d/1m0s:3]", key, start.UnixMilli()) {
+		t.Fatalf("GetCounters: %v, want the key at 3", got)
+	}
+}
+
+// Once the schema is migrated, a role with no right to create anything can
+// start (New) and use the store.
+func TestMigratedStoreNeedsNoCreatePrivilege(t *testing.T) {
+	p, owner := newDB(t)
+	ctx := context.Background()
+	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes", "public.ratesync_counters_buckets")
+	s, err := postgres.New(ctx, app, postgres.Config{})
+	if err != nil {
+		t.Fatalf("New as a role without CREATE: %v", err)
+	}
+	useEverything(t, s, 1)
 	// Without the schema, the same role cannot create it: the error says what failed.
 	_, err = postgres.New(ctx, app, postgres.Config{Schema: "elsewhere"})
 	if err == nil || !strings.Contains(err.Error(), "postgres: create schema elsewhere") {
 		t.Fatalf("New of a new schema without CREATE: err = %v, want one naming the schema", err)
+	}
+}
+
+// Every statement works in every pgx QueryExecMode, including those that
+// prepare nothing on the server (PgBouncer in transaction mode) and the
+// simple protocol, where the check function's overloads are told apart by
+// their number of arguments alone.
+func TestEveryQueryExecMode(t *testing.T) {
+	for _, mode := range []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+	} {
+		t.Run(mode.String(), func(t *testing.T) {
+			p, _ := newDB(t)
+			cfg, err := pgxpool.ParseConfig(p.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnConfig.DefaultQueryExecMode = mode
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(pool.Close)
+			s, err := postgres.New(context.Background(), pool, postgres.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			useEverything(t, s, 1)
+		})
 	}
 }
