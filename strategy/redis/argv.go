@@ -7,10 +7,11 @@ package redis
 // its methods only, each method appending what one line of a script's
 // header comment describes, and join puts groups in one call.
 //
-// Strings and TTLs go by pointer (*string, *int64), which go-redis writes
-// without boxing each; they point into slices of the call being encoded,
-// never into the caller's values (the exchange may outlive the call: see
-// call). Small numbers go as ints. The zero value is no ARGV: use newArgv.
+// Strings, TTLs and other big numbers go by pointer (*string, *int64: see
+// numArgs), which go-redis writes without boxing each; they point into
+// slices of the call being encoded, never into the caller's values (the
+// exchange may outlive the call: see call). Small numbers go as ints. The
+// zero value is no ARGV: use newArgv.
 type argv []any
 
 // argvHead is the number of arguments before a group's own: seq, lane TTL
@@ -36,6 +37,25 @@ func (a *argv) ttls(ttls []int64) {
 	for i := range ttls {
 		*a = append(*a, &ttls[i])
 	}
+}
+
+// numArgs holds numbers of a call's arguments, which go by pointer, as
+// *int64. They live in a slice of the call, never in the caller's values.
+type numArgs struct {
+	ints []int64
+}
+
+// intArg returns a pointer to v, held by a.
+func (a *numArgs) intArg(v int64) *int64 {
+	a.ints = append(a.ints, v)
+	return &a.ints[len(a.ints)-1]
+}
+
+// newNumArgs returns a numArgs with room for n ints. (Were it to grow, the
+// pointers already out would keep the old array, whose values do not
+// change.)
+func newNumArgs(n int) *numArgs {
+	return &numArgs{ints: make([]int64, 0, n)}
 }
 
 // Push groups (push.lua): pushGroup, then each run (pushRun or countRun)
@@ -98,19 +118,19 @@ func (a *argv) check(field, cost *string, nlimits int) {
 }
 
 // limit appends a limit of a check: the hash numbers of its current and
-// previous windows, the weight of the previous one (nil: a fixed window),
-// the limit.
-func (a *argv) limit(cur, prev int, weight, limit *string) {
-	var w any = "F"
-	if weight != nil {
-		w = weight
+// previous windows, the window size (ms), the ms elapsed in the current
+// window (nil: a fixed window), the limit.
+func (a *argv) limit(cur, prev int, size, elapsed *int64, limit *string) {
+	var e any = "F"
+	if elapsed != nil {
+		e = elapsed
 	}
-	*a = append(*a, cur, prev, w, limit)
+	*a = append(*a, cur, prev, size, e, limit)
 }
 
 // checkArgs returns the size of the ARGV of a check group of m window
 // hashes and n checks of one limit each (more limits grow it).
-func checkArgs(m, n int) int { return 5 + m + 7*n }
+func checkArgs(m, n int) int { return argvHead + 2 + m + 8*n }
 
 // Calls of several groups.
 

@@ -67,7 +67,7 @@ func TestArgvLayout(t *testing.T) {
 		}
 	}
 
-	now := old.Add(90 * time.Second) // weight 0.5 for the minute window; TTLs to 2 windows after each start, plus the margin
+	now := old.Add(90 * time.Second) // 30 s into the minute window; TTLs to 2 windows after each start, plus the margin
 	checks := []strategy.Check{
 		{Namespace: "ns", Key: "a", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}, {WindowSize: time.Second, Limit: 2, Fixed: true}}},
 		{Namespace: "ns", Key: "b", Cost: 0.5, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}},
@@ -81,10 +81,11 @@ func TestArgvLayout(t *testing.T) {
 	lims := s.checkHashes(gr.gs, checks, 3)
 	s.encodeCheck(gr.gs[0], "n", seq, checks, lims, &strs)
 	// m, simple ("0": a check of two limits), TTLs, then each check: field,
-	// cost, L, then L limits: h, previous window's h, weight or "F", limit.
-	want := `"00000000000000000007" 86400000 24 4 "0" 95000 35000 7000 6000 ` +
-		`"a" "1" 2 1 2 "0.5" "10" 3 4 "F" "2" ` +
-		`"b" "0.5" 1 1 2 "0.5" "10"`
+	// cost, L, then L limits: h, previous window's h, size, elapsed or "F",
+	// limit.
+	want := `"00000000000000000007" 86400000 27 4 "0" 95000 35000 7000 6000 ` +
+		`"a" "1" 2 1 2 60000 30000 "10" 3 4 1000 "F" "2" ` +
+		`"b" "0.5" 1 1 2 60000 30000 "10"`
 	if got := show(gr.gs[0].args); got != want {
 		t.Errorf("check:\n got  %s\n want %s", got, want)
 	}

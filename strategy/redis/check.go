@@ -13,11 +13,11 @@ import (
 // CheckAndCount decides and counts each check in the store, at most once
 // per (node, seq): the checks of one namespace shard (so every check of one
 // key) run in one check.lua script, in order, atomically; the shards run in
-// one pipelined round trip. A check passes when, for every limit,
-// current + previous * weight + Cost <= Limit, with the weight
-// (size - Now mod size) / size from the check's Now (0 for a fixed window);
-// a passing check adds Cost once to the current window of each distinct
-// size of its limits.
+// one pipelined round trip. A check passes when every limit lets it
+// (strategy.WindowFits, with the time elapsed in the current window from
+// the check's Now), which Redis computes as the node does, bit for bit; a
+// passing check adds Cost once to the current window of each distinct size
+// of its limits.
 //
 // When (node, seq) was already applied in a check's shard, that check
 // counts nothing and is returned not allowed, with the current totals.
@@ -93,22 +93,24 @@ func (s *Store) checkHashes(gs []*group, checks []strategy.Check, nlim int) []li
 	return lims
 }
 
-// checkStrings holds the strings of a CheckAndCount call's arguments,
-// which the scripts get by pointer: the checks' fields, then each check's
-// cost and each limit's weight and limit (a batch mostly repeats the same
-// few, formatted once). They live in slices of this call, never in the
-// caller's checks: the exchange may outlive the call (see call).
+// checkStrings holds the strings and numbers of a CheckAndCount call's
+// arguments, which the scripts get by pointer: the checks' fields, then
+// each check's cost and each limit's limit (a batch mostly repeats the same
+// few, formatted once); the sizes and elapsed times of the limits. They
+// live in slices of this call, never in the caller's checks: the exchange
+// may outlive the call (see call).
 type checkStrings struct {
 	fields []string
-	nums   []string // a cost per check, a weight and a limit per limit
+	nums   []string // a cost per check, a limit per limit
 	k      int      // nums used
+	ints   *numArgs // a size and an elapsed time per limit
 
-	costs, limits, weights floatMemo
+	costs, limits floatMemo
 }
 
 func newCheckStrings(checks []strategy.Check, nlim int) checkStrings {
-	strs := make([]string, 2*len(checks)+2*nlim)
-	cs := checkStrings{fields: strs[:len(checks)], nums: strs[len(checks):]}
+	strs := make([]string, 2*len(checks)+nlim)
+	cs := checkStrings{fields: strs[:len(checks)], nums: strs[len(checks):], ints: newNumArgs(2 * nlim)}
 	for i, c := range checks {
 		cs.fields[i] = c.Key
 	}
@@ -139,19 +141,24 @@ func (s *Store) encodeCheck(g *group, node string, seq any, checks []strategy.Ch
 		c := &checks[i]
 		g.nout += 1 + 2*len(c.Limits)
 		a.check(&strs.fields[i], strs.format(&strs.costs, c.Cost), len(c.Limits))
-		for j, l := range c.Limits {
-			var w *string // a fixed window
-			if !l.Fixed {
-				w = strs.format(&strs.weights, strategy.Weight(c.Now, l.WindowSize))
-			} else {
-				strs.k++ // its weight's place stays empty
-			}
-			a.limit(lims[j].cur, lims[j].prev, w, strs.format(&strs.limits, l.Limit))
-		}
+		encodeLimits(&a, c, lims[:len(c.Limits)], strs)
 		lims = lims[len(c.Limits):]
 	}
 	g.args = a.done()
 	return lims
+}
+
+// encodeLimits appends the limits of check c, whose hash numbers are lims.
+func encodeLimits(a *argv, c *strategy.Check, lims []limitHashes, strs *checkStrings) {
+	now := c.Now.UnixMilli()
+	n := strs.ints
+	for j, l := range c.Limits {
+		var elapsed *int64 // a fixed window
+		if !l.Fixed {
+			elapsed = n.intArg(now - strategy.WindowStart(c.Now, l.WindowSize).UnixMilli())
+		}
+		a.limit(lims[j].cur, lims[j].prev, n.intArg(l.WindowSize.Milliseconds()), elapsed, strs.format(&strs.limits, l.Limit))
+	}
 }
 
 // checkResults parses the decisions and totals of the checks from the

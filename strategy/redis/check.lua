@@ -9,17 +9,17 @@
 --                     fields and have one limit each (else "0"), the TTL
 --                     of each of its m window hashes (ms), then its checks,
 --                     each: field, cost, L, then L limits (current hash h,
---                     previous hash h, weight or 'F' for a fixed window,
---                     limit)
+--                     previous hash h, size ms, ms elapsed in the current
+--                     window or 'F' for a fixed window, limit)
 -- KEYS                for each group in turn: its lane record (the last
 --                     seq applied for the node in that shard), then its m
 --                     window hashes, numbered 1..m
 --
 -- A group applies when seq is above its lane record (or there is none).
--- Then a check passes when, for every limit, current + previous * weight +
--- cost <= limit, with the weight computed by the caller from the node's
--- clock, and a passing check adds its cost once to the current hash of
--- each of its limits (the current window of each distinct size). Checks
+-- Then a check passes when every limit lets it (windowFits, with the
+-- elapsed time from the node's clock), and a passing check adds its cost
+-- once to the current hash of each of its limits (the current window of
+-- each distinct size). Checks
 -- run in order, each seeing the counts of the ones before. The counted
 -- hashes get their TTL and seq becomes the lane record, in this one atomic
 -- script. A group that does not apply writes nothing and passes nothing.
@@ -42,8 +42,126 @@
 -- seq is recorded anyway (see lane.lua); the reply is then an error naming
 -- the first failure.
 
+-- windowFits reports whether cost fits a window limit
+-- (strategy.WindowFits): the current window holds c and the previous one
+-- pv; elapsed ms of the current window of size ms have passed (nil: a
+-- fixed window). Multiplied through by size, as the node computes it.
+local function windowFits(c, pv, cost, limit, size, elapsed)
+  if not elapsed then
+    return c + cost <= limit
+  end
+  return (c + cost) * size + pv * (size - elapsed) <= limit * size
+end
+
 -- touched[h] == g: the group numbered g counted into its hash h.
 local touched, g = {}, 0
+
+-- simple runs the checks of a group whose checks name distinct fields and
+-- have one limit each, from ARGV[i] to ARGV[last].
+local function simple(i, last)
+  -- M: N for a group of several checks, whose arguments repeat; nil for
+  -- one (a conversion remembered costs more than one made once).
+  local M = last - i > 8 and N or nil
+  while i <= last do
+    local field, arg, e = ARGV[i], ARGV[i + 1], ARGV[i + 6]
+    local h = M and M[ARGV[i + 3]] or tonumber(ARGV[i + 3])
+    local p = M and M[ARGV[i + 4]] or tonumber(ARGV[i + 4])
+    local cost = M and M[arg] or tonumber(arg)
+    local cur = redis.call('HGET', KEYS[kb + 1 + h], field)
+    local prev = redis.call('HGET', KEYS[kb + 1 + p], field)
+    local c, pv = 0, 0
+    if cur then
+      c = tonumber(cur)
+    end
+    if prev and e ~= 'F' then
+      pv = tonumber(prev)
+    end
+    local allowed = apply
+    if not c then
+      fault(h)
+      allowed = false
+    elseif not pv then
+      fault(p)
+      allowed = false
+    elseif allowed then
+      local size = M and M[ARGV[i + 5]] or tonumber(ARGV[i + 5])
+      local limit = M and M[ARGV[i + 7]] or tonumber(ARGV[i + 7])
+      local elapsed = e ~= 'F' and (M and M[e] or tonumber(e)) or nil
+      allowed = windowFits(c, pv, cost, limit, size, elapsed)
+    end
+    if allowed then
+      cur = incr(KEYS[kb + 1 + h], field, arg, cost, c) or cur
+      touched[h] = g
+      out[o + 1] = '1'
+    else
+      out[o + 1] = '0'
+    end
+    out[o + 2], out[o + 3] = cur or '', prev or ''
+    o = o + 3
+    i = i + 8
+  end
+end
+
+-- fitsLimit reports whether cost fits the window limit at ARGV[j] for
+-- field, in a group whose values are followed (track).
+local function fitsLimit(j, field, cost)
+  local h = N[ARGV[j]]
+  local c = Z[h][field]
+  if c == nil then
+    c = num(h, field)
+  end
+  local e, pv = ARGV[j + 3], 0
+  if c and e ~= 'F' then
+    h = N[ARGV[j + 1]]
+    pv = Z[h][field]
+    if pv == nil then
+      pv = num(h, field)
+    end
+  end
+  local elapsed = e ~= 'F' and N[e] or nil
+  return c and pv and windowFits(c, pv, cost, N[ARGV[j + 4]], N[ARGV[j + 2]], elapsed)
+end
+
+-- firstOf reports whether the limit at ARGV[j] is the first of those from
+-- ARGV[from] on (5 arguments each) to name its hash.
+local function firstOf(from, j)
+  for k = from, j - 5, 5 do
+    if ARGV[k] == ARGV[j] then
+      return false
+    end
+  end
+  return true
+end
+
+-- check runs the check at ARGV[i] of a group whose values are followed
+-- (track) and returns the index of the next.
+local function check(i)
+  local field, arg = ARGV[i], ARGV[i + 1]
+  local cost = N[arg]
+  local first, stop = i + 3, i + 3 + 5 * N[ARGV[i + 2]]
+  local allowed = apply
+  for j = first, stop - 1, 5 do
+    local fits = fitsLimit(j, field, cost)
+    allowed = allowed and fits
+  end
+  if allowed then
+    for j = first, stop - 1, 5 do
+      if firstOf(first, j) then
+        local h = N[ARGV[j]]
+        add(h, field, cost, arg)
+        touched[h] = g
+      end
+    end
+  end
+  o = o + 1
+  out[o] = allowed and '1' or '0'
+  for j = first, stop - 1, 5 do
+    local h, p = N[ARGV[j]], N[ARGV[j + 1]]
+    out[o + 1], out[o + 2] = S[h][field] or reply(h, field), S[p][field] or reply(p, field)
+    o = o + 2
+  end
+  return stop
+end
 
 -- group runs the group whose arguments are ARGV[a + 1 .. a + n] and
 -- returns its number of keys.
@@ -53,97 +171,11 @@ local function group(a, n)
   local m = tonumber(ARGV[a + 1])
   local i, last = a + 3 + m, a + n
   if ARGV[a + 2] == '1' then
-    -- M: N for a group of several checks, whose arguments repeat; nil for
-    -- one (a conversion remembered costs more than one made once).
-    local M = last - i > 7 and N or nil
-    while i <= last do
-      local field, arg, w = ARGV[i], ARGV[i + 1], ARGV[i + 5]
-      local h = M and M[ARGV[i + 3]] or tonumber(ARGV[i + 3])
-      local p = M and M[ARGV[i + 4]] or tonumber(ARGV[i + 4])
-      local cost = M and M[arg] or tonumber(arg)
-      local limit = M and M[ARGV[i + 6]] or tonumber(ARGV[i + 6])
-      local cur = redis.call('HGET', KEYS[kb + 1 + h], field)
-      local prev = redis.call('HGET', KEYS[kb + 1 + p], field)
-      local c, pv = 0, 0
-      if cur then
-        c = tonumber(cur)
-      end
-      if prev and w ~= 'F' then
-        pv = tonumber(prev)
-      end
-      local allowed = apply
-      if not c then
-        fault(h)
-        allowed = false
-      elseif not pv then
-        fault(p)
-        allowed = false
-      elseif w ~= 'F' then
-        allowed = allowed and c + pv * (M and M[w] or tonumber(w)) + cost <= limit
-      else
-        allowed = allowed and c + cost <= limit
-      end
-      if allowed then
-        cur = incr(KEYS[kb + 1 + h], field, arg, cost, c) or cur
-        touched[h] = g
-        out[o + 1] = '1'
-      else
-        out[o + 1] = '0'
-      end
-      out[o + 2], out[o + 3] = cur or '', prev or ''
-      o = o + 3
-      i = i + 7
-    end
+    simple(i, last)
   else
     track(1 + m)
     while i <= last do
-      local field, arg = ARGV[i], ARGV[i + 1]
-      local cost, nl = N[arg], N[ARGV[i + 2]]
-      i = i + 3
-      local first = i
-      local allowed = apply
-      for _ = 1, nl do
-        local h = N[ARGV[i]]
-        local rate = Z[h][field]
-        if rate == nil then
-          rate = num(h, field)
-        end
-        local w = ARGV[i + 2]
-        if rate and w ~= 'F' then
-          h = N[ARGV[i + 1]]
-          local prev = Z[h][field]
-          if prev == nil then
-            prev = num(h, field)
-          end
-          rate = prev and rate + prev * N[w]
-        end
-        if not rate or rate + cost > N[ARGV[i + 3]] then
-          allowed = false
-        end
-        i = i + 4
-      end
-      if allowed then
-        for j = first, i - 4, 4 do
-          local again = false
-          for k = first, j - 4, 4 do
-            again = again or ARGV[k] == ARGV[j]
-          end
-          if not again then
-            local h = N[ARGV[j]]
-            add(h, field, cost, arg)
-            touched[h] = g
-          end
-        end
-      end
-      o = o + 1
-      out[o] = allowed and '1' or '0'
-      for j = first, i - 4, 4 do
-        local h = N[ARGV[j]]
-        out[o + 1] = S[h][field] or reply(h, field)
-        h = N[ARGV[j + 1]]
-        out[o + 2] = S[h][field] or reply(h, field)
-        o = o + 2
-      end
+      i = check(i)
     end
     flush()
   end

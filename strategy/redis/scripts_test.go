@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -423,4 +424,103 @@ func TestCallsEndWithTheirContextBothWays(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The decision tests: Redis decides every check as the node does
+// (strategy.WindowFits), bit for bit. Each check's limit sits on the
+// boundary of its decision or one ulp either side, with counts and costs
+// that doubles hold inexactly.
+
+// boundaries draws the values of the decision tests.
+type boundaries struct{ rnd *rand.Rand }
+
+var inexact = []float64{1, 2, 7, 0.1, 0.3, 1.0 / 3, 2.0 / 3, 0.5, 12.75, 1e6 + 0.1, 99.99}
+
+// value returns a count or cost, 0 too when zero is set.
+func (b boundaries) value(zero bool) float64 {
+	if zero && b.rnd.IntN(len(inexact)+1) == 0 {
+		return 0
+	}
+	return inexact[b.rnd.IntN(len(inexact))]
+}
+
+// near returns x or one of its neighbours, at least the smallest double
+// above 0.
+func (b boundaries) near(x float64) float64 {
+	switch b.rnd.IntN(3) {
+	case 0:
+		x = math.Nextafter(x, math.Inf(-1))
+	case 1:
+		x = math.Nextafter(x, math.Inf(1))
+	}
+	return max(x, math.SmallestNonzeroFloat64)
+}
+
+// decide runs checks in two calls of half each (the first half of one
+// limit per check, so that check.lua takes its path for those), passes
+// each result to want, and fails t unless many checks pass and many fail.
+func decide(t *testing.T, s *redis.Store, checks []strategy.Check, want func(i int, r strategy.CheckResult)) {
+	t.Helper()
+	allowed := 0
+	for lo, half := 0, len(checks)/2; lo < len(checks); lo += half {
+		res, err := s.CheckAndCount(context.Background(), "n", uint64(lo+1), checks[lo:lo+half])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			want(lo+i, r)
+			if r.Allowed {
+				allowed++
+			}
+		}
+	}
+	if allowed < len(checks)/5 || allowed > len(checks)*4/5 {
+		t.Fatalf("%d of %d checks allowed: want many of both, or the boundaries are not tested", allowed, len(checks))
+	}
+}
+
+const decisions = 400
+
+var far = base.Add(1000 * time.Hour)
+
+func TestWindowDecisionsAreTheNodes(t *testing.T) {
+	s, _ := newStore(t, redis.Config{})
+	b := boundaries{rand.New(rand.NewPCG(1, 2))}
+	sizes := []int64{7, 1000, 60000, 3600000}
+	var diffs []strategy.Diff
+	checks := make([]strategy.Check, decisions)
+	for i := range checks {
+		size := time.Duration(sizes[b.rnd.IntN(len(sizes))]) * time.Millisecond
+		start := strategy.WindowStart(far, size)
+		key := fmt.Sprintf("w%d", i)
+		diffs = append(diffs, diff("ns", key, start.Add(-size), size, b.value(false)), diff("ns", key, start, size, b.value(false)))
+		now := start.Add(time.Duration(b.rnd.Int64N(size.Milliseconds())) * time.Millisecond)
+		checks[i] = strategy.Check{Namespace: "ns", Key: key, Cost: b.value(true), Now: now, Limits: []strategy.CheckLimit{{WindowSize: size, Fixed: b.rnd.IntN(4) == 0}}}
+	}
+	totals, err := s.PushAndCount(context.Background(), strategy.Batch{Node: "seed", Seq: 1, Diffs: diffs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elapsed := func(c strategy.Check) int64 {
+		return c.Now.UnixMilli() - strategy.WindowStart(c.Now, c.Limits[0].WindowSize).UnixMilli()
+	}
+	for i := range checks {
+		c, l := checks[i], &checks[i].Limits[0]
+		cur, prev := totals[2*i+1].Current, totals[2*i+1].Previous // as Redis holds them
+		x := cur + c.Cost
+		if !l.Fixed {
+			size := float64(l.WindowSize.Milliseconds())
+			x = ((cur+c.Cost)*size + prev*(size-float64(elapsed(c)))) / size
+		}
+		l.Limit = b.near(x)
+		if i >= decisions/2 {
+			checks[i].Limits = append(checks[i].Limits, *l) // the same window again
+		}
+	}
+	decide(t, s, checks, func(i int, r strategy.CheckResult) {
+		c, l, tot := checks[i], checks[i].Limits[0], totals[2*i+1]
+		if want := strategy.WindowFits(tot.Current, tot.Previous, c.Cost, l.Limit, l.WindowSize.Milliseconds(), elapsed(c), l.Fixed); r.Allowed != want {
+			t.Errorf("check %d (%+v; current %v, previous %v): allowed %v, the node decides %v", i, c, tot.Current, tot.Previous, r.Allowed, want)
+		}
+	})
 }
