@@ -1,46 +1,53 @@
 -- check.lua: decides and counts the checks of one batch that fall in some
 -- namespace shards, at most once per (node, seq) in each. Shipped after
 -- lane.lua (the prelude: seq, lane records, the walk over the groups,
--- incr, and the values of repeated fields).
+-- incr, the values of repeated fields, buckets).
 --
 -- ARGV[1], ARGV[2]    seq and lane record TTL (see lane.lua)
 -- ARGV[3 ..]          groups, one per namespace shard, each: n, then n
---                     arguments: m, "1" when its checks name distinct
---                     fields and have one limit each (else "0"), the TTL
---                     of each of its m window hashes (ms), then its checks,
---                     each: field, cost, L, then L limits (current hash h,
---                     previous hash h, size ms, ms elapsed in the current
---                     window or 'F' for a fixed window, limit)
--- KEYS                for each group in turn: its lane record (the last
---                     seq applied for the node in that shard), then its m
---                     window hashes, numbered 1..m
+--                     arguments: m, k, "1" when its checks name distinct
+--                     fields and have one window limit each and no bucket
+--                     (else "0"), the TTL of each of its m window hashes
+--                     (ms), then its checks, each: field, cost, L, B, then
+--                     L window limits (current hash h, previous hash h,
+--                     size ms, ms elapsed in the current window or 'F' for
+--                     a fixed window, limit), then B bucket limits (bucket
+--                     number h, now, window ms, rate, burst)
+-- KEYS                for each group in turn, k keys: its lane record (the
+--                     last seq applied for the node in that shard), its m
+--                     window hashes, numbered 1..m, then its buckets
 --
 -- A group applies when seq is above its lane record (or there is none).
--- Then a check passes when every limit lets it (windowFits, with the
--- elapsed time from the node's clock), and a passing check adds its cost
--- once to the current hash of each of its limits (the current window of
--- each distinct size). Checks
--- run in order, each seeing the counts of the ones before. The counted
--- hashes get their TTL and seq becomes the lane record, in this one atomic
--- script. A group that does not apply writes nothing and passes nothing.
+-- Then a check passes when every limit lets it (windowFits: with the
+-- elapsed time from the node's clock; bucketFits, in lane.lua: at the
+-- check's now), and a passing check adds its cost once to the current
+-- hash of each of its window limits (the current window of each distinct
+-- size) and, when the cost is above 0, to each of its distinct buckets
+-- (bucketAdd at now). Checks run in order, each seeing the counts of the
+-- ones before. The counted hashes get their TTL, the buckets are written
+-- and seq becomes the lane record, in this one atomic script. A group that
+-- does not apply writes nothing and passes nothing.
 --
 -- Returns, for each check of each group in order: '1' or '0' (passed),
--- then for each of its limits the current and previous window's value of
--- the field after the decision ('' for none): strings, or integers.
+-- then for each of its window limits the current and previous window's
+-- value of the field after the decision ('' for none): strings, or
+-- integers; then for each of its bucket limits the bucket after the
+-- decision: at (an integer) and level (a string, '%.17g').
 --
 -- Cost. Distinct fields of one limit each: 2 HGETs and, when the check
 -- passes, the increment (incr, in lane.lua) whose reply is its total. Any
 -- other group follows each (hash, field) in the script (Values, in
 -- lane.lua): it is read once, and the costs it takes are summed and
 -- written at the end with one increment (3 calls per distinct key, 3 in
--- all for one hot key). Then each counted hash gets one PEXPIRE, and the
--- lane record its GET and SET. Either way the decisions, totals and stored
--- counts are those of one HINCRBYFLOAT per passing check.
+-- all for one hot key); each bucket is read once and written once. Then
+-- each counted hash gets one PEXPIRE, and the lane record its GET and SET.
+-- Either way the decisions, totals and stored counts are those of one
+-- HINCRBYFLOAT per passing check.
 --
--- A field that holds no number fails the checks that read it (they do not
--- pass). Like an increment that fails, it does not stop the others, and
--- seq is recorded anyway (see lane.lua); the reply is then an error naming
--- the first failure.
+-- A field that holds no number (a key that holds no bucket) fails the
+-- checks that read it (they do not pass). Like a write that fails, it does
+-- not stop the others, and seq is recorded anyway (see lane.lua); the
+-- reply is then an error naming the first failure.
 
 -- windowFits reports whether cost fits a window limit
 -- (strategy.WindowFits): the current window holds c and the previous one
@@ -57,15 +64,15 @@ end
 local touched, g = {}, 0
 
 -- simple runs the checks of a group whose checks name distinct fields and
--- have one limit each, from ARGV[i] to ARGV[last].
+-- have one window limit each, from ARGV[i] to ARGV[last].
 local function simple(i, last)
   -- M: N for a group of several checks, whose arguments repeat; nil for
   -- one (a conversion remembered costs more than one made once).
-  local M = last - i > 8 and N or nil
+  local M = last - i > 9 and N or nil
   while i <= last do
-    local field, arg, e = ARGV[i], ARGV[i + 1], ARGV[i + 6]
-    local h = M and M[ARGV[i + 3]] or tonumber(ARGV[i + 3])
-    local p = M and M[ARGV[i + 4]] or tonumber(ARGV[i + 4])
+    local field, arg, e = ARGV[i], ARGV[i + 1], ARGV[i + 7]
+    local h = M and M[ARGV[i + 4]] or tonumber(ARGV[i + 4])
+    local p = M and M[ARGV[i + 5]] or tonumber(ARGV[i + 5])
     local cost = M and M[arg] or tonumber(arg)
     local cur = redis.call('HGET', KEYS[kb + 1 + h], field)
     local prev = redis.call('HGET', KEYS[kb + 1 + p], field)
@@ -84,8 +91,8 @@ local function simple(i, last)
       fault(p)
       allowed = false
     elseif allowed then
-      local size = M and M[ARGV[i + 5]] or tonumber(ARGV[i + 5])
-      local limit = M and M[ARGV[i + 7]] or tonumber(ARGV[i + 7])
+      local size = M and M[ARGV[i + 6]] or tonumber(ARGV[i + 6])
+      local limit = M and M[ARGV[i + 8]] or tonumber(ARGV[i + 8])
       local elapsed = e ~= 'F' and (M and M[e] or tonumber(e)) or nil
       allowed = windowFits(c, pv, cost, limit, size, elapsed)
     end
@@ -98,7 +105,7 @@ local function simple(i, last)
     end
     out[o + 2], out[o + 3] = cur or '', prev or ''
     o = o + 3
-    i = i + 8
+    i = i + 9
   end
 end
 
@@ -122,8 +129,14 @@ local function fitsLimit(j, field, cost)
   return c and pv and windowFits(c, pv, cost, N[ARGV[j + 4]], N[ARGV[j + 2]], elapsed)
 end
 
+-- fitsBucket reports whether cost fits the bucket limit at ARGV[j].
+local function fitsBucket(j, cost)
+  local b = bucket(N[ARGV[j]])
+  return b and bucketFits(b, N[ARGV[j + 3]], N[ARGV[j + 4]], cost, N[ARGV[j + 2]], N[ARGV[j + 1]])
+end
+
 -- firstOf reports whether the limit at ARGV[j] is the first of those from
--- ARGV[from] on (5 arguments each) to name its hash.
+-- ARGV[from] on (5 arguments each) to name its hash or bucket.
 local function firstOf(from, j)
   for k = from, j - 5, 5 do
     if ARGV[k] == ARGV[j] then
@@ -138,26 +151,43 @@ end
 local function check(i)
   local field, arg = ARGV[i], ARGV[i + 1]
   local cost = N[arg]
-  local first, stop = i + 3, i + 3 + 5 * N[ARGV[i + 2]]
+  local win = i + 4 -- window limits, then buckets from bkt to the end
+  local bkt = win + 5 * N[ARGV[i + 2]]
+  local stop = bkt + 5 * N[ARGV[i + 3]]
   local allowed = apply
-  for j = first, stop - 1, 5 do
-    local fits = fitsLimit(j, field, cost)
+  for j = win, stop - 1, 5 do
+    local fits
+    if j < bkt then
+      fits = fitsLimit(j, field, cost)
+    else
+      fits = fitsBucket(j, cost)
+    end
     allowed = allowed and fits
   end
   if allowed then
-    for j = first, stop - 1, 5 do
-      if firstOf(first, j) then
+    for j = win, bkt - 1, 5 do
+      if firstOf(win, j) then
         local h = N[ARGV[j]]
         add(h, field, cost, arg)
         touched[h] = g
       end
     end
+    for j = bkt, stop - 1, 5 do
+      if cost > 0 and firstOf(bkt, j) then
+        bucketAdd(bucket(N[ARGV[j]]), ARGV[j + 3], cost, N[ARGV[j + 2]], N[ARGV[j + 1]])
+      end
+    end
   end
   o = o + 1
   out[o] = allowed and '1' or '0'
-  for j = first, stop - 1, 5 do
+  for j = win, bkt - 1, 5 do
     local h, p = N[ARGV[j]], N[ARGV[j + 1]]
     out[o + 1], out[o + 2] = S[h][field] or reply(h, field), S[p][field] or reply(p, field)
+    o = o + 2
+  end
+  for j = bkt, stop - 1, 5 do
+    local b = bucket(N[ARGV[j]])
+    out[o + 1], out[o + 2] = b and b.at or '', b and string.format('%.17g', b.level) or ''
     o = o + 2
   end
   return stop
@@ -168,9 +198,9 @@ end
 local function group(a, n)
   g = g + 1
   apply = above(redis.call('GET', KEYS[kb + 1]))
-  local m = tonumber(ARGV[a + 1])
-  local i, last = a + 3 + m, a + n
-  if ARGV[a + 2] == '1' then
+  local m, nk = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local i, last = a + 4 + m, a + n
+  if ARGV[a + 3] == '1' then
     simple(i, last)
   else
     track(1 + m)
@@ -182,12 +212,12 @@ local function group(a, n)
   if apply then
     for h = 1, m do
       if touched[h] == g then
-        redis.call('PEXPIRE', KEYS[kb + 1 + h], ARGV[a + 2 + h])
+        redis.call('PEXPIRE', KEYS[kb + 1 + h], ARGV[a + 3 + h])
       end
     end
     redis.call('SET', KEYS[kb + 1], seq, 'PX', laneTTL)
   end
-  return 1 + m
+  return nk
 end
 
 return run(group)
