@@ -7,10 +7,11 @@ package redis
 // its methods only, each method appending what one line of a script's
 // header comment describes, and join puts groups in one call.
 //
-// Strings and TTLs go by pointer (*string, *int64), which go-redis writes
-// without boxing each; they point into slices of the call being encoded,
-// never into the caller's values (the exchange may outlive the call: see
-// call). Small numbers go as ints. The zero value is no ARGV: use newArgv.
+// Strings, TTLs and other big numbers go by pointer (*string, *int64: see
+// numArgs), which go-redis writes without boxing each; they point into
+// slices of the call being encoded, never into the caller's values (the
+// exchange may outlive the call: see call). Small numbers go as ints. The
+// zero value is no ARGV: use newArgv.
 type argv []any
 
 // argvHead is the number of arguments before a group's own: seq, lane TTL
@@ -38,8 +39,36 @@ func (a *argv) ttls(ttls []int64) {
 	}
 }
 
-// Push groups (push.lua): pushGroup, then each run (pushRun or countRun)
-// followed by its diffs (diff).
+// numArgs holds numbers of a call's arguments, which go by pointer: ints
+// as *int64, floats formatted as the scripts parse them, as *string. They
+// live in slices of the call, never in the caller's values.
+type numArgs struct {
+	ints []int64
+	strs []string
+}
+
+// intArg returns a pointer to v, held by a.
+func (a *numArgs) intArg(v int64) *int64 {
+	a.ints = append(a.ints, v)
+	return &a.ints[len(a.ints)-1]
+}
+
+// floatArg returns a pointer to v formatted as the scripts parse it, held
+// by a.
+func (a *numArgs) floatArg(v float64) *string {
+	a.strs = append(a.strs, formatFloat(v))
+	return &a.strs[len(a.strs)-1]
+}
+
+// newNumArgs returns a numArgs with room for n ints and n strings. (Were
+// one to grow, the pointers already out would keep the old array, whose
+// values do not change.)
+func newNumArgs(n int) *numArgs {
+	return &numArgs{ints: make([]int64, 0, n), strs: make([]string, 0, n)}
+}
+
+// Push groups (push.lua): pushGroup, its bucket diffs (bucketDiff), then
+// each run (pushRun or countRun) followed by its diffs (diff).
 
 // Modes of a push group.
 const (
@@ -49,10 +78,17 @@ const (
 )
 
 // pushGroup appends the head of a push group: its mode, its number of
-// window hashes m (len(ttls)), its number of keys, the hashes' TTLs.
-func (a *argv) pushGroup(mode string, nkeys int, ttls []int64) {
-	*a = append(*a, mode, len(ttls), nkeys)
+// window hashes m (len(ttls)), its number of keys, its number of bucket
+// diffs, the hashes' TTLs.
+func (a *argv) pushGroup(mode string, nkeys, nbuckets int, ttls []int64) {
+	*a = append(*a, mode, len(ttls), nkeys, nbuckets)
 	a.ttls(ttls)
+}
+
+// bucketDiff appends a bucket diff: its bucket's key number h, the diff's
+// at (ms), cost, the bucket's window (ms) and rate.
+func (a *argv) bucketDiff(h int, at *int64, cost *string, window *int64, rate *string) {
+	*a = append(*a, h, at, cost, window, rate)
 }
 
 // pushRun appends the head of a run of n diffs into hash h (push mode).
@@ -65,10 +101,10 @@ func (a *argv) countRun(h, prev, n int) { *a = append(*a, h, prev, n) }
 // diff appends one diff of a run: its field and value.
 func (a *argv) diff(field, value *string) { *a = append(*a, field, value) }
 
-// pushArgs returns the size of the ARGV of a push group of m window hashes
-// and the given runs, at most.
-func pushArgs(m int, runs []run) int {
-	n := argvHead + 3 + m
+// pushArgs returns the size of the ARGV of a push group of m window
+// hashes, nb bucket diffs and the given runs, at most.
+func pushArgs(m, nb int, runs []run) int {
+	n := argvHead + 4 + m + 5*nb
 	for _, r := range runs {
 		n += 3 + 2*len(r.idx)
 	}
@@ -76,41 +112,47 @@ func pushArgs(m int, runs []run) int {
 }
 
 // Check groups (check.lua): checkGroup, then each check (check) followed
-// by its limits (limit).
+// by its window limits (limit), then its bucket limits (bucketLimit).
 
 // checkGroup appends the head of a check group: its number of window
-// hashes m (len(ttls)), whether its checks name distinct fields and have
-// one limit each (simple: the script skips its value cache), the hashes'
-// TTLs.
-func (a *argv) checkGroup(simple bool, ttls []int64) {
+// hashes m (len(ttls)), its number of keys, whether its checks name
+// distinct fields and have one window limit each and no bucket (simple:
+// the script skips its value cache), the hashes' TTLs.
+func (a *argv) checkGroup(nkeys int, simple bool, ttls []int64) {
 	if simple {
-		*a = append(*a, len(ttls), "1")
+		*a = append(*a, len(ttls), nkeys, "1")
 	} else {
-		*a = append(*a, len(ttls), "0")
+		*a = append(*a, len(ttls), nkeys, "0")
 	}
 	a.ttls(ttls)
 }
 
-// check appends the head of a check: its field, its cost and its number of
-// limits.
-func (a *argv) check(field, cost *string, nlimits int) {
-	*a = append(*a, field, cost, nlimits)
+// check appends the head of a check: its field, its cost, its number of
+// window limits and its number of bucket limits.
+func (a *argv) check(field, cost *string, nlimits, nbuckets int) {
+	*a = append(*a, field, cost, nlimits, nbuckets)
 }
 
-// limit appends a limit of a check: the hash numbers of its current and
-// previous windows, the weight of the previous one (nil: a fixed window),
-// the limit.
-func (a *argv) limit(cur, prev int, weight, limit *string) {
-	var w any = "F"
-	if weight != nil {
-		w = weight
+// limit appends a window limit of a check: the hash numbers of its current
+// and previous windows, the window size (ms), the ms elapsed in the
+// current window (nil: a fixed window), the limit.
+func (a *argv) limit(cur, prev int, size, elapsed *int64, limit *string) {
+	var e any = "F"
+	if elapsed != nil {
+		e = elapsed
 	}
-	*a = append(*a, cur, prev, w, limit)
+	*a = append(*a, cur, prev, size, e, limit)
+}
+
+// bucketLimit appends a bucket limit of a check: its bucket's key number
+// h, the check's clock (ms), the bucket's window (ms), rate and burst.
+func (a *argv) bucketLimit(h int, now, window *int64, rate, burst *string) {
+	*a = append(*a, h, now, window, rate, burst)
 }
 
 // checkArgs returns the size of the ARGV of a check group of m window
 // hashes and n checks of one limit each (more limits grow it).
-func checkArgs(m, n int) int { return 5 + m + 7*n }
+func checkArgs(m, n int) int { return argvHead + 3 + m + 9*n }
 
 // Calls of several groups.
 

@@ -44,47 +44,64 @@ func TestArgvLayout(t *testing.T) {
 		{Namespace: "ns", Key: "b", WindowStart: old, WindowSize: time.Second, Value: 0.5},
 		{Namespace: "ns", Key: "a", WindowStart: old.Add(60 * time.Second), WindowSize: time.Minute, Value: 2},
 	}
-	fields, values := diffStrings(diffs)
+	buckets := []strategy.BucketDiff{
+		{Namespace: "ns", Key: "a", Kind: 4, Window: time.Second, At: 1234, Cost: 2, Rate: 3},
+		{Namespace: "ns", Key: "b", Kind: 5, Window: time.Minute, At: 1235, Cost: 0.5, Rate: 0.25},
+		{Namespace: "ns", Key: "a", Kind: 4, Window: time.Second, At: 1236, Cost: 1, Rate: 3}, // the first's bucket
+	}
 	seq := any(seqArg(7))
 	for _, c := range []struct {
 		count bool
 		want  string
 	}{
-		// mode, m, k, TTLs, then runs by hash: h, n, n (field, value).
-		{false, `"00000000000000000007" 86400000 15 "0" 2 3 5000 5000 1 2 "a" "1" "a" "2" 2 1 "b" "0.5"`},
+		// mode, m, k (the lane, 2 hashes, 2 buckets), d, TTLs, then the
+		// bucket diffs: bucket's key number, at, cost, window, rate; then
+		// runs by hash: h, n, n (field, value).
+		{false, `"00000000000000000007" 86400000 31 "0" 2 5 3 5000 5000 ` +
+			`3 1234 "2" 1000 "3" 4 1235 "0.5" 60000 "0.25" 3 1236 "1" 1000 "3" ` +
+			`1 2 "a" "1" "a" "2" 2 1 "b" "0.5"`},
 		// mode ("1": field a repeats), m, k (the lane, 2 hashes, their 2
-		// previous windows), TTLs, then runs in batch order: h, previous
-		// window's h, n, n (field, value).
-		{true, `"00000000000000000007" 86400000 20 "1" 2 5 5000 5000 1 3 1 "a" "1" 2 4 1 "b" "0.5" 1 3 1 "a" "2"`},
+		// previous windows, 2 buckets), d, TTLs, bucket diffs, then runs in
+		// batch order: h, previous window's h, n, n (field, value).
+		{true, `"00000000000000000007" 86400000 36 "1" 2 7 3 5000 5000 ` +
+			`5 1234 "2" 1000 "3" 6 1235 "0.5" 60000 "0.25" 5 1236 "1" 1000 "3" ` +
+			`1 3 1 "a" "1" 2 4 1 "b" "0.5" 1 3 1 "a" "2"`},
 	} {
-		gs := s.groups(diffs, c.count)
+		ba := newBatchArgs(strategy.Batch{Diffs: diffs, Buckets: buckets})
+		gs := s.groups(diffs, buckets, c.count)
 		if len(gs) != 1 {
 			t.Fatalf("%d groups, want 1", len(gs))
 		}
-		s.encodePush(gs[0], "n", seq, fields, values, c.count, time.Now().UnixMilli())
+		s.encodePush(gs[0], "n", seq, ba, c.count, time.Now().UnixMilli())
 		if got := show(gs[0].args); got != c.want {
 			t.Errorf("push, count %v:\n got  %s\n want %s", c.count, got, c.want)
 		}
 	}
 
-	now := old.Add(90 * time.Second) // weight 0.5 for the minute window; TTLs to 2 windows after each start, plus the margin
+	now := old.Add(90 * time.Second) // 30 s into the minute window; TTLs to 2 windows after each start, plus the margin
 	checks := []strategy.Check{
-		{Namespace: "ns", Key: "a", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}, {WindowSize: time.Second, Limit: 2, Fixed: true}}},
+		{Namespace: "ns", Key: "a", Cost: 1, Now: now, Limits: []strategy.CheckLimit{
+			{Kind: 4, WindowSize: time.Second, Limit: 3, Burst: 5},
+			{WindowSize: time.Minute, Limit: 10},
+			{WindowSize: time.Second, Limit: 2, Fixed: true},
+		}},
 		{Namespace: "ns", Key: "b", Cost: 0.5, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}},
 	}
-	strs := newCheckStrings(checks, 3)
+	strs := newCheckStrings(checks, 4)
 	gr := grouper{shards: 1}
 	for i, c := range checks {
 		g := gr.of(c.Namespace, c.Key)
 		g.items = append(g.items, i)
 	}
-	lims := s.checkHashes(gr.gs, checks, 3)
+	lims := s.checkHashes(gr.gs, checks, 4)
 	s.encodeCheck(gr.gs[0], "n", seq, checks, lims, &strs)
-	// m, simple ("0": a check of two limits), TTLs, then each check: field,
-	// cost, L, then L limits: h, previous window's h, weight or "F", limit.
-	want := `"00000000000000000007" 86400000 24 4 "0" 95000 35000 7000 6000 ` +
-		`"a" "1" 2 1 2 "0.5" "10" 3 4 "F" "2" ` +
-		`"b" "0.5" 1 1 2 "0.5" "10"`
+	// m, k (the lane, 4 hashes, 1 bucket), simple ("0": a check of several
+	// limits), TTLs, then each check: field, cost, L, B, then L window
+	// limits: h, previous window's h, size, elapsed or "F", limit; then B
+	// bucket limits: bucket's key number, now, window, rate, burst.
+	want := `"00000000000000000007" 86400000 35 4 6 "0" 95000 35000 7000 6000 ` +
+		`"a" "1" 2 1 1 2 60000 30000 "10" 3 4 1000 "F" "2" 5 90000 1000 "3" "5" ` +
+		`"b" "0.5" 1 0 1 2 60000 30000 "10"`
 	if got := show(gr.gs[0].args); got != want {
 		t.Errorf("check:\n got  %s\n want %s", got, want)
 	}

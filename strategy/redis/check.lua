@@ -1,161 +1,223 @@
 -- check.lua: decides and counts the checks of one batch that fall in some
 -- namespace shards, at most once per (node, seq) in each. Shipped after
 -- lane.lua (the prelude: seq, lane records, the walk over the groups,
--- incr, and the values of repeated fields).
+-- incr, the values of repeated fields, buckets).
 --
 -- ARGV[1], ARGV[2]    seq and lane record TTL (see lane.lua)
 -- ARGV[3 ..]          groups, one per namespace shard, each: n, then n
---                     arguments: m, "1" when its checks name distinct
---                     fields and have one limit each (else "0"), the TTL
---                     of each of its m window hashes (ms), then its checks,
---                     each: field, cost, L, then L limits (current hash h,
---                     previous hash h, weight or 'F' for a fixed window,
---                     limit)
--- KEYS                for each group in turn: its lane record (the last
---                     seq applied for the node in that shard), then its m
---                     window hashes, numbered 1..m
+--                     arguments: m, k, "1" when its checks name distinct
+--                     fields and have one window limit each and no bucket
+--                     (else "0"), the TTL of each of its m window hashes
+--                     (ms), then its checks, each: field, cost, L, B, then
+--                     L window limits (current hash h, previous hash h,
+--                     size ms, ms elapsed in the current window or 'F' for
+--                     a fixed window, limit), then B bucket limits (bucket
+--                     number h, now, window ms, rate, burst)
+-- KEYS                for each group in turn, k keys: its lane record (the
+--                     last seq applied for the node in that shard), its m
+--                     window hashes, numbered 1..m, then its buckets
 --
 -- A group applies when seq is above its lane record (or there is none).
--- Then a check passes when, for every limit, current + previous * weight +
--- cost <= limit, with the weight computed by the caller from the node's
--- clock, and a passing check adds its cost once to the current hash of
--- each of its limits (the current window of each distinct size). Checks
--- run in order, each seeing the counts of the ones before. The counted
--- hashes get their TTL and seq becomes the lane record, in this one atomic
--- script. A group that does not apply writes nothing and passes nothing.
+-- Then a check passes when every limit lets it (windowFits: with the
+-- elapsed time from the node's clock; bucketFits, in lane.lua: at the
+-- check's now), and a passing check adds its cost once to the current
+-- hash of each of its window limits (the current window of each distinct
+-- size) and, when the cost is above 0, to each of its distinct buckets
+-- (bucketAdd at now). Checks run in order, each seeing the counts of the
+-- ones before. The counted hashes get their TTL, the buckets are written
+-- and seq becomes the lane record, in this one atomic script. A group that
+-- does not apply writes nothing and passes nothing.
 --
 -- Returns, for each check of each group in order: '1' or '0' (passed),
--- then for each of its limits the current and previous window's value of
--- the field after the decision ('' for none): strings, or integers.
+-- then for each of its window limits the current and previous window's
+-- value of the field after the decision ('' for none): strings, or
+-- integers; then for each of its bucket limits the bucket after the
+-- decision: at (an integer) and level (a string, '%.17g').
 --
 -- Cost. Distinct fields of one limit each: 2 HGETs and, when the check
 -- passes, the increment (incr, in lane.lua) whose reply is its total. Any
 -- other group follows each (hash, field) in the script (Values, in
 -- lane.lua): it is read once, and the costs it takes are summed and
 -- written at the end with one increment (3 calls per distinct key, 3 in
--- all for one hot key). Then each counted hash gets one PEXPIRE, and the
--- lane record its GET and SET. Either way the decisions, totals and stored
--- counts are those of one HINCRBYFLOAT per passing check.
+-- all for one hot key); each bucket is read once and written once. Then
+-- each counted hash gets one PEXPIRE, and the lane record its GET and SET.
+-- Either way the decisions, totals and stored counts are those of one
+-- HINCRBYFLOAT per passing check.
 --
--- A field that holds no number fails the checks that read it (they do not
--- pass). Like an increment that fails, it does not stop the others, and
--- seq is recorded anyway (see lane.lua); the reply is then an error naming
--- the first failure.
+-- A field that holds no number (a key that holds no bucket) fails the
+-- checks that read it (they do not pass). Like a write that fails, it does
+-- not stop the others, and seq is recorded anyway (see lane.lua); the
+-- reply is then an error naming the first failure.
+
+-- windowFits reports whether cost fits a window limit
+-- (strategy.WindowFits): the current window holds c and the previous one
+-- pv; elapsed ms of the current window of size ms have passed (nil: a
+-- fixed window). Multiplied through by size, as the node computes it.
+local function windowFits(c, pv, cost, limit, size, elapsed)
+  if not elapsed then
+    return c + cost <= limit
+  end
+  return (c + cost) * size + pv * (size - elapsed) <= limit * size
+end
 
 -- touched[h] == g: the group numbered g counted into its hash h.
 local touched, g = {}, 0
+
+-- simple runs the checks of a group whose checks name distinct fields and
+-- have one window limit each, from ARGV[i] to ARGV[last].
+local function simple(i, last)
+  -- M: N for a group of several checks, whose arguments repeat; nil for
+  -- one (a conversion remembered costs more than one made once).
+  local M = last - i > 9 and N or nil
+  while i <= last do
+    local field, arg, e = ARGV[i], ARGV[i + 1], ARGV[i + 7]
+    local h = M and M[ARGV[i + 4]] or tonumber(ARGV[i + 4])
+    local p = M and M[ARGV[i + 5]] or tonumber(ARGV[i + 5])
+    local cost = M and M[arg] or tonumber(arg)
+    local cur = redis.call('HGET', KEYS[kb + 1 + h], field)
+    local prev = redis.call('HGET', KEYS[kb + 1 + p], field)
+    local c, pv = 0, 0
+    if cur then
+      c = tonumber(cur)
+    end
+    if prev and e ~= 'F' then
+      pv = tonumber(prev)
+    end
+    local allowed = apply
+    if not c then
+      fault(h)
+      allowed = false
+    elseif not pv then
+      fault(p)
+      allowed = false
+    elseif allowed then
+      local size = M and M[ARGV[i + 6]] or tonumber(ARGV[i + 6])
+      local limit = M and M[ARGV[i + 8]] or tonumber(ARGV[i + 8])
+      local elapsed = e ~= 'F' and (M and M[e] or tonumber(e)) or nil
+      allowed = windowFits(c, pv, cost, limit, size, elapsed)
+    end
+    if allowed then
+      cur = incr(KEYS[kb + 1 + h], field, arg, cost, c) or cur
+      touched[h] = g
+      out[o + 1] = '1'
+    else
+      out[o + 1] = '0'
+    end
+    out[o + 2], out[o + 3] = cur or '', prev or ''
+    o = o + 3
+    i = i + 9
+  end
+end
+
+-- fitsLimit reports whether cost fits the window limit at ARGV[j] for
+-- field, in a group whose values are followed (track).
+local function fitsLimit(j, field, cost)
+  local h = N[ARGV[j]]
+  local c = Z[h][field]
+  if c == nil then
+    c = num(h, field)
+  end
+  local e, pv = ARGV[j + 3], 0
+  if c and e ~= 'F' then
+    h = N[ARGV[j + 1]]
+    pv = Z[h][field]
+    if pv == nil then
+      pv = num(h, field)
+    end
+  end
+  local elapsed = e ~= 'F' and N[e] or nil
+  return c and pv and windowFits(c, pv, cost, N[ARGV[j + 4]], N[ARGV[j + 2]], elapsed)
+end
+
+-- fitsBucket reports whether cost fits the bucket limit at ARGV[j].
+local function fitsBucket(j, cost)
+  local b = bucket(N[ARGV[j]])
+  return b and bucketFits(b, N[ARGV[j + 3]], N[ARGV[j + 4]], cost, N[ARGV[j + 2]], N[ARGV[j + 1]])
+end
+
+-- firstOf reports whether the limit at ARGV[j] is the first of those from
+-- ARGV[from] on (5 arguments each) to name its hash or bucket.
+local function firstOf(from, j)
+  for k = from, j - 5, 5 do
+    if ARGV[k] == ARGV[j] then
+      return false
+    end
+  end
+  return true
+end
+
+-- check runs the check at ARGV[i] of a group whose values are followed
+-- (track) and returns the index of the next.
+local function check(i)
+  local field, arg = ARGV[i], ARGV[i + 1]
+  local cost = N[arg]
+  local win = i + 4 -- window limits, then buckets from bkt to the end
+  local bkt = win + 5 * N[ARGV[i + 2]]
+  local stop = bkt + 5 * N[ARGV[i + 3]]
+  local allowed = apply
+  for j = win, stop - 1, 5 do
+    local fits
+    if j < bkt then
+      fits = fitsLimit(j, field, cost)
+    else
+      fits = fitsBucket(j, cost)
+    end
+    allowed = allowed and fits
+  end
+  if allowed then
+    for j = win, bkt - 1, 5 do
+      if firstOf(win, j) then
+        local h = N[ARGV[j]]
+        add(h, field, cost, arg)
+        touched[h] = g
+      end
+    end
+    for j = bkt, stop - 1, 5 do
+      if cost > 0 and firstOf(bkt, j) then
+        bucketAdd(bucket(N[ARGV[j]]), ARGV[j + 3], cost, N[ARGV[j + 2]], N[ARGV[j + 1]])
+      end
+    end
+  end
+  o = o + 1
+  out[o] = allowed and '1' or '0'
+  for j = win, bkt - 1, 5 do
+    local h, p = N[ARGV[j]], N[ARGV[j + 1]]
+    out[o + 1], out[o + 2] = S[h][field] or reply(h, field), S[p][field] or reply(p, field)
+    o = o + 2
+  end
+  for j = bkt, stop - 1, 5 do
+    local b = bucket(N[ARGV[j]])
+    out[o + 1], out[o + 2] = b and b.at or '', b and string.format('%.17g', b.level) or ''
+    o = o + 2
+  end
+  return stop
+end
 
 -- group runs the group whose arguments are ARGV[a + 1 .. a + n] and
 -- returns its number of keys.
 local function group(a, n)
   g = g + 1
   apply = above(redis.call('GET', KEYS[kb + 1]))
-  local m = tonumber(ARGV[a + 1])
-  local i, last = a + 3 + m, a + n
-  if ARGV[a + 2] == '1' then
-    -- M: N for a group of several checks, whose arguments repeat; nil for
-    -- one (a conversion remembered costs more than one made once).
-    local M = last - i > 7 and N or nil
-    while i <= last do
-      local field, arg, w = ARGV[i], ARGV[i + 1], ARGV[i + 5]
-      local h = M and M[ARGV[i + 3]] or tonumber(ARGV[i + 3])
-      local p = M and M[ARGV[i + 4]] or tonumber(ARGV[i + 4])
-      local cost = M and M[arg] or tonumber(arg)
-      local limit = M and M[ARGV[i + 6]] or tonumber(ARGV[i + 6])
-      local cur = redis.call('HGET', KEYS[kb + 1 + h], field)
-      local prev = redis.call('HGET', KEYS[kb + 1 + p], field)
-      local c, pv = 0, 0
-      if cur then
-        c = tonumber(cur)
-      end
-      if prev and w ~= 'F' then
-        pv = tonumber(prev)
-      end
-      local allowed = apply
-      if not c then
-        fault(h)
-        allowed = false
-      elseif not pv then
-        fault(p)
-        allowed = false
-      elseif w ~= 'F' then
-        allowed = allowed and c + pv * (M and M[w] or tonumber(w)) + cost <= limit
-      else
-        allowed = allowed and c + cost <= limit
-      end
-      if allowed then
-        cur = incr(KEYS[kb + 1 + h], field, arg, cost, c) or cur
-        touched[h] = g
-        out[o + 1] = '1'
-      else
-        out[o + 1] = '0'
-      end
-      out[o + 2], out[o + 3] = cur or '', prev or ''
-      o = o + 3
-      i = i + 7
-    end
+  local m, nk = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
+  local i, last = a + 4 + m, a + n
+  if ARGV[a + 3] == '1' then
+    simple(i, last)
   else
     track(1 + m)
     while i <= last do
-      local field, arg = ARGV[i], ARGV[i + 1]
-      local cost, nl = N[arg], N[ARGV[i + 2]]
-      i = i + 3
-      local first = i
-      local allowed = apply
-      for _ = 1, nl do
-        local h = N[ARGV[i]]
-        local rate = Z[h][field]
-        if rate == nil then
-          rate = num(h, field)
-        end
-        local w = ARGV[i + 2]
-        if rate and w ~= 'F' then
-          h = N[ARGV[i + 1]]
-          local prev = Z[h][field]
-          if prev == nil then
-            prev = num(h, field)
-          end
-          rate = prev and rate + prev * N[w]
-        end
-        if not rate or rate + cost > N[ARGV[i + 3]] then
-          allowed = false
-        end
-        i = i + 4
-      end
-      if allowed then
-        for j = first, i - 4, 4 do
-          local again = false
-          for k = first, j - 4, 4 do
-            again = again or ARGV[k] == ARGV[j]
-          end
-          if not again then
-            local h = N[ARGV[j]]
-            add(h, field, cost, arg)
-            touched[h] = g
-          end
-        end
-      end
-      o = o + 1
-      out[o] = allowed and '1' or '0'
-      for j = first, i - 4, 4 do
-        local h = N[ARGV[j]]
-        out[o + 1] = S[h][field] or reply(h, field)
-        h = N[ARGV[j + 1]]
-        out[o + 2] = S[h][field] or reply(h, field)
-        o = o + 2
-      end
+      i = check(i)
     end
     flush()
   end
   if apply then
     for h = 1, m do
       if touched[h] == g then
-        redis.call('PEXPIRE', KEYS[kb + 1 + h], ARGV[a + 2 + h])
+        redis.call('PEXPIRE', KEYS[kb + 1 + h], ARGV[a + 3 + h])
       end
     end
     redis.call('SET', KEYS[kb + 1], seq, 'PX', laneTTL)
   end
-  return 1 + m
+  return nk
 end
 
 return run(group)

@@ -53,6 +53,44 @@ func ExampleNew() {
 	// node: 3.5
 }
 
+// A token bucket of 3 requests per second decided in the store: three
+// requests pass at once, the fourth does not. A node then pushes a request
+// it admitted on its own, dated 500 ms later: applied once, retry or not.
+func ExampleStore_GetBuckets() {
+	addr, prefix, done := exampleServer()
+	defer done()
+	client := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer client.Close()
+	store, err := redis.New(client, redis.Config{Prefix: prefix})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	limit := strategy.CheckLimit{Kind: 1, WindowSize: time.Second, Limit: 3, Burst: 3}
+	for seq := uint64(1); seq <= 4; seq++ {
+		check := strategy.Check{Namespace: "api", Key: "user:42", Cost: 1, Now: now, Limits: []strategy.CheckLimit{limit}}
+		res, _ := store.CheckAndCount(ctx, "node-a", seq, []strategy.Check{check})
+		fmt.Println("allowed:", res[0].Allowed)
+	}
+	b := strategy.Batch{Node: "node-b", Seq: 1, Buckets: []strategy.BucketDiff{
+		{Namespace: "api", Key: "user:42", Kind: 1, Window: time.Second, At: now.UnixMilli() + 500, Cost: 1, Rate: 3},
+	}}
+	store.PushDiffs(ctx, b)
+	store.PushDiffs(ctx, b) // a retry after a lost reply: already applied
+	buckets, _ := store.GetBuckets(ctx, "api", []strategy.BucketRef{{Key: "user:42", Kind: 1, Window: time.Second}})
+	// Level is in requests times the window in ms: 3 requests, 1.5 drained
+	// in 500 ms, 1 more.
+	fmt.Printf("bucket: %v requests at +%dms\n", buckets[0].Level/1000, buckets[0].At-now.UnixMilli())
+	// Output:
+	// allowed: true
+	// allowed: true
+	// allowed: true
+	// allowed: false
+	// bucket: 2.5 requests at +500ms
+}
+
 // exampleServer returns the test binary's Redis server (testenv's, as the
 // tests get it), a fresh key prefix and a function that deletes the keys
 // under it. Examples have no testing.TB: a stand-in panics where testenv

@@ -9,11 +9,15 @@ import (
 //
 //	tag + ":" + size ms + ":" + start ms   hash of one window's counters of the shard
 //	tag + ":lane:" + node                  last Seq applied for node in the shard
+//	tag + ":b:" + kind + ":" + window ms + ":" + key
+//	                                       one bucket of a key of the shard (bucket.go)
 //	Prefix + ":layout"                     "v1 shards=N": the layout nodes agree on
 //
 // The namespace is escaped ('%', '{', '}' as %25, %7B, %7D) so that the tag
 // ends at its own '}' and different namespaces never share a key. Keys of a
-// counter (fields) are stored as given, byte for byte.
+// counter (fields, and the end of a bucket's key) are stored as given, byte
+// for byte: a key's braces come after the tag, which alone decides the
+// Cluster slot.
 
 // layoutVersion names the key layout and the scripts' data format.
 const layoutVersion = "v1"
@@ -68,13 +72,17 @@ func windowKey(tag string, sizeMs, startMs int64) string {
 	return string(b)
 }
 
-// setKeys sets g.tag and g.keys: node's lane record in g's shard, then the
-// hash of each window of g.wins. The keys are those of laneKey and
-// windowKey, built in one string.
+// setKeys sets g.tag and g.keys: node's lane record in g's shard, the hash
+// of each window of g.wins, then each bucket of g.bkeys. The keys are those
+// of laneKey, windowKey and bucketKey, built in one string.
 func (s *Store) setKeys(g *group, node string) {
 	ns := escapeNamespace(g.ns)
 	var b strings.Builder
-	b.Grow((1+len(g.wins))*(len(s.cfg.Prefix)+len(ns)+40) + len(node))
+	n := (1+len(g.wins)+len(g.bkeys))*(len(s.cfg.Prefix)+len(ns)+40) + len(node)
+	for _, r := range g.bkeys {
+		n += len(r.key)
+	}
+	b.Grow(n)
 	var num [20]byte
 	tag := func() {
 		b.WriteByte('{')
@@ -98,6 +106,16 @@ func (s *Store) setKeys(g *group, node string) {
 		b.Write(strconv.AppendInt(num[:0], w.size, 10))
 		b.WriteByte(':')
 		b.Write(strconv.AppendInt(num[:0], w.start, 10))
+		ends = append(ends, b.Len())
+	}
+	for _, r := range g.bkeys {
+		tag()
+		b.WriteString(":b:")
+		b.Write(strconv.AppendUint(num[:0], uint64(r.kind), 10))
+		b.WriteByte(':')
+		b.Write(strconv.AppendInt(num[:0], r.window, 10))
+		b.WriteByte(':')
+		b.WriteString(r.key)
 		ends = append(ends, b.Len())
 	}
 	all := b.String()

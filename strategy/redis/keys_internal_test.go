@@ -75,17 +75,44 @@ func TestKeyLayout(t *testing.T) {
 	}
 }
 
-// The keys of a group, built in one string, are those of laneKey and
-// windowKey.
+// The keys of a group, built in one string, are those of laneKey,
+// windowKey and bucketKey, and all hash in Redis Cluster by the group's
+// tag: a counter key's braces come after it.
 func TestGroupKeys(t *testing.T) {
 	s := &Store{cfg: Config{Prefix: "rs", Shards: 1024}}
 	g := &group{ns: "a{p}i", shard: 1000, wins: []window{{60000, -120000}, {1000, 1700000000000}}}
+	g.bucket(bucketRef{"{user}:42", 4, 1000})
+	g.bucket(bucketRef{"}{", 255, 60000})
 	s.setKeys(g, "api|node/1")
 	tag := s.tag(g.ns, g.shard)
-	want := []string{laneKey(tag, "api|node/1"), windowKey(tag, 60000, -120000), windowKey(tag, 1000, 1700000000000)}
+	want := []string{laneKey(tag, "api|node/1"), windowKey(tag, 60000, -120000), windowKey(tag, 1000, 1700000000000),
+		bucketKey(tag, 4, 1000, "{user}:42"), bucketKey(tag, 255, 60000, "}{")}
 	if g.tag != tag || !slices.Equal(g.keys, want) {
 		t.Errorf("tag %q, keys %q; want %q, %q", g.tag, g.keys, tag, want)
 	}
+	if got := want[3]; got != tag+":b:4:1000:{user}:42" {
+		t.Errorf("bucketKey = %q", got)
+	}
+	for _, k := range g.keys {
+		if got, want := hashedPart(k), tag[1:len(tag)-1]; got != want {
+			t.Errorf("key %q hashes by %q in Redis Cluster, want %q (the group's tag)", k, got, want)
+		}
+	}
+}
+
+// hashedPart returns the part of key Redis Cluster hashes to find its slot:
+// the text between its first '{' and the first '}' after it, when not
+// empty; else the whole key.
+func hashedPart(key string) string {
+	open := strings.IndexByte(key, '{')
+	if open < 0 {
+		return key
+	}
+	end := strings.IndexByte(key[open+1:], '}')
+	if end <= 0 {
+		return key
+	}
+	return key[open+1 : open+1+end]
 }
 
 // Calls run on the caller's goroutine only with clients that bound

@@ -12,17 +12,19 @@
 --                     n arguments (their layout is the body's)
 -- KEYS                for each group in turn: its lane record (the last
 --                     seq applied for the node in that shard), then its
---                     window hashes, numbered 1..m (and the body's others)
+--                     window hashes, numbered 1..m (and the body's others),
+--                     then its buckets, numbered on from there
 --
 -- A group applies when seq is above its lane record (or there is none);
 -- the body then makes its writes and records seq (SET with the lane TTL),
--- in this one atomic script. A group that does not apply writes nothing.
+-- and the prelude writes the buckets it changed, in this one atomic
+-- script. A group that does not apply writes nothing.
 --
--- An increment that fails, or a field that holds no number, does not stop
--- the others, and seq is recorded anyway: Redis does not undo the writes
--- of a failed script, so a retry must find the batch applied. The reply is
--- then an error naming the first failure; else it is the body's values,
--- in the order the groups append them to out.
+-- A write that fails, or a key that holds no number (no bucket), does not
+-- stop the others, and seq is recorded anyway: Redis does not undo the
+-- writes of a failed script, so a retry must find the batch applied. The
+-- reply is then an error naming the first failure; else it is the body's
+-- values, in the order the groups append them to out.
 
 local seq, laneTTL = ARGV[1], ARGV[2]
 local seqHi, seqLo = string.sub(seq, 1, 10), tonumber(string.sub(seq, 11, 20))
@@ -42,8 +44,8 @@ local function above(rec)
   return seqLo > tonumber(string.sub(rec, 11, 20))
 end
 
-local failed = nil -- the first increment that failed
-local bad = nil -- the first field that holds no number
+local failed = nil -- the first write that failed
+local bad = nil -- the first field that holds no number (or key no bucket)
 local out, o = {}, 0 -- the reply, its length
 
 -- N[s]: tonumber(s), converted once. Lua is slow next to Redis here:
@@ -85,10 +87,15 @@ end
 -- its hash number h; apply: whether its seq is above the record.
 local kb, apply = 0, false
 
--- fault notes the first field that holds no number.
-local function fault(h)
+-- fault notes the first field that holds no number: of hash number h, or
+-- with isBucket, the first bucket number h that holds no bucket.
+local function fault(h, isBucket)
   if not bad then
-    bad = 'field of hash ' .. KEYS[kb + 1 + h] .. ' holds no number'
+    if isBucket then
+      bad = 'bucket ' .. KEYS[kb + 1 + h] .. ' holds no bucket'
+    else
+      bad = 'field of hash ' .. KEYS[kb + 1 + h] .. ' holds no number'
+    end
     if apply then
       bad = bad .. ', batch recorded as applied'
     end
@@ -230,19 +237,116 @@ local function track(nk)
   end
 end
 
+-- Buckets (strategy/bucket.go). A bucket is one string key of its group's
+-- shard: "at level rate", with at the Unix ms of its last change (the
+-- node's clock), level how full it was then (cost units times window ms,
+-- written '%.17g', which parses back to the very double) and rate the
+-- limit per window it drained at then, as the node sent it. A key holds a
+-- bucket until a minute after it drains empty (bucketMargin), counted from
+-- the clock of the request that changed it (a relative TTL: the server's
+-- clock does not matter); a bucket with no key is empty.
+--
+-- bucketLevel, bucketFits and bucketAdd are strategy.BucketLevel,
+-- BucketFits and BucketAdd: the same operations on doubles in the same
+-- order, so that Redis decides every request as the node does.
+
+local bucketMargin = 60000 -- ms
+local maxTTL = 1e15 -- ms (some 30,000 years): Redis refuses far longer TTLs
+
+-- Bk[h]: the state of bucket number h of the group being run, read at most
+-- once per group: {at, level} ({0, 0} when its key holds none), or false
+-- when its key holds something else. A bucket the group changed also has
+-- rate (the string sent, and written) and ref (the earliest clock of the
+-- requests that changed it): saveBuckets writes it.
+local Bk = {}
+
+-- bucket returns the state of bucket number h, or nil (noted by fault)
+-- when its key holds no bucket.
+local function bucket(h)
+  local b = Bk[h]
+  if b == nil then
+    b = { at = 0, level = 0 }
+    local v = redis.pcall('GET', KEYS[kb + 1 + h])
+    if type(v) == 'string' then
+      local at, level = string.match(v, '^(%S+) (%S+) %S+$')
+      b.at, b.level = tonumber(at), tonumber(level)
+      if not (b.at and b.level) then
+        b = false
+      end
+    elseif v then
+      b = false -- an error reply: a key of another type
+    end
+    Bk[h] = b
+    if not b then
+      fault(h, true)
+    end
+  end
+  return b or nil
+end
+
+-- bucketLevel returns the level of bucket b at now, draining rate per ms.
+local function bucketLevel(b, rate, now)
+  local elapsed = now - b.at
+  if elapsed < 0 then
+    elapsed = 0
+  end
+  local l = b.level - elapsed * rate
+  if l < 0 then
+    return 0
+  end
+  return l
+end
+
+-- bucketFits reports whether cost fits bucket b of capacity burst at now.
+local function bucketFits(b, rate, burst, cost, window, now)
+  return bucketLevel(b, rate, now) + cost * window <= burst * window
+end
+
+-- bucketAdd adds cost to bucket b at now, draining at the rate sent as the
+-- string rs; saveBuckets writes it.
+local function bucketAdd(b, rs, cost, window, now)
+  b.level = bucketLevel(b, N[rs], now) + cost * window
+  if now > b.at then
+    b.at = now
+  end
+  b.rate, b.ref = rs, math.min(b.ref or now, now)
+end
+
+-- saveBuckets writes each bucket the group changed, with a TTL that ends
+-- bucketMargin after it drains empty (at + level / rate, rounded up),
+-- counted from its ref, and forgets the group's buckets.
+local function saveBuckets()
+  for h, b in pairs(Bk) do
+    if b and b.ref then
+      local ttl = math.ceil(b.at + b.level / N[b.rate]) - b.ref + bucketMargin
+      if not (ttl <= maxTTL) then
+        ttl = maxTTL
+      end
+      local key = KEYS[kb + 1 + h]
+      local r = redis.pcall('SET', key, string.format('%.0f %.17g ', b.at, b.level) .. b.rate, 'PX', string.format('%.0f', ttl))
+      if r.err then
+        failed = failed or ('bucket ' .. key .. ': ' .. tostring(r.err))
+      end
+    end
+  end
+  Bk = {}
+end
+
 -- run runs the groups of ARGV in order, each with group(a, n) (the body's:
 -- it runs the group whose arguments are ARGV[a + 1 .. a + n] and returns
--- its number of keys), and returns the script's reply.
+-- its number of keys) and then saveBuckets, and returns the script's reply.
 local function run(group)
   local a = 3
   while a <= #ARGV do
     local n = tonumber(ARGV[a])
-    kb = kb + group(a, n)
+    local nk = group(a, n)
+    saveBuckets()
+    kb = kb + nk
     a = a + 1 + n
   end
 
   if failed then
-    return redis.error_reply('RATESYNC increment failed, batch recorded as applied: ' .. failed)
+    return redis.error_reply('RATESYNC write failed, batch recorded as applied: ' .. failed)
   end
   if bad then
     return redis.error_reply('RATESYNC ' .. bad)

@@ -13,21 +13,23 @@ import (
 	"github.com/ratesync/ratesync/strategy"
 )
 
-// PushDiffs adds each diff of b to its counter, at most once per
-// (b.Node, b.Seq): one push.lua script per namespace shard the batch
-// touches, all in one pipelined round trip. A batch whose (Node, Seq) was
-// already applied (a retry after a lost reply) counts nothing and returns
-// nil. On an error, some shard groups may have been applied: a retry with
-// the same (Node, Seq) applies the others only.
+// PushDiffs adds each diff of b to its counter, and each bucket diff to its
+// bucket (strategy.BucketAdd at the diff's At, with no regard to capacity),
+// at most once per (b.Node, b.Seq): one push.lua script per namespace shard
+// the batch touches, all in one pipelined round trip. A batch whose
+// (Node, Seq) was already applied (a retry after a lost reply) counts
+// nothing and returns nil. On an error, some shard groups may have been
+// applied: a retry with the same (Node, Seq) applies the others only.
 func (s *Store) PushDiffs(ctx context.Context, b strategy.Batch) error {
 	_, err := s.push(ctx, b, false)
 	return err
 }
 
 // PushAndCount applies b like PushDiffs and returns, for each diff in
-// order, its key's count in the diff's window and in the window before it,
-// right after that diff: one round trip. When (b.Node, b.Seq) was already
-// applied, it applies nothing and returns the current counts.
+// order (bucket diffs have none), its key's count in the diff's window and
+// in the window before it, right after that diff: one round trip. When
+// (b.Node, b.Seq) was already applied, it applies nothing and returns the
+// current counts.
 func (s *Store) PushAndCount(ctx context.Context, b strategy.Batch) ([]strategy.Totals, error) {
 	return s.push(ctx, b, true)
 }
@@ -38,16 +40,20 @@ type group struct {
 	ns    string
 	shard int
 	tag   string
-	keys  []string       // KEYS: lane record, then window hashes (push count mode: then the previous windows not among them)
+	keys  []string       // KEYS: lane record, window hashes (push count mode: then the previous windows not among them), buckets
 	wins  []window       // window of each hash, parallel to keys[1:]
 	index map[window]int // window -> hash number h (1-based, keys[h]), once wins outgrows a linear search
 	runs  []run          // push: diffs by hash, in the order the script applies them
 	items []int          // check: the checks of the group, in order
 	ttls  []int64        // TTL of each hash, ms, parallel to wins (passed by pointer: no boxing)
 	args  argv           // ARGV of a script running this group alone
-	n     int            // diffs or checks
+	n     int            // diffs, bucket diffs or checks
 	nout  int            // values the group adds to the script's reply
 	res   []any          // the group's part of the reply
+
+	bkeys  []bucketRef       // buckets, numbered 1.. (keys after the window hashes)
+	bindex map[bucketRef]int // bucket -> its number, once bkeys outgrows a linear search
+	bdiffs []bucketUse       // push: the group's bucket diffs, in batch order
 }
 
 type window struct{ size, start int64 }
@@ -129,13 +135,13 @@ func (gr *grouper) of(ns, key string) *group {
 	return g
 }
 
-// groups returns the shard groups of diffs, in the order of first use, with
-// their runs: in push mode one run per hash, so that the script gets each
-// field and value with no per-diff hash number; in count mode the diffs in
-// batch order, since a diff's totals include the diffs before it. A group
-// is one script call and is never split: the seq record of a shard must
-// change with all of its increments.
-func (s *Store) groups(diffs []strategy.Diff, count bool) []*group {
+// groups returns the shard groups of diffs and bucket diffs, in the order
+// of first use, with their runs: in push mode one run per hash, so that the
+// script gets each field and value with no per-diff hash number; in count
+// mode the diffs in batch order, since a diff's totals include the diffs
+// before it. A group is one script call and is never split: the seq record
+// of a shard must change with all of its increments.
+func (s *Store) groups(diffs []strategy.Diff, buckets []strategy.BucketDiff, count bool) []*group {
 	gr := grouper{shards: s.cfg.Shards}
 	for i, d := range diffs {
 		g := gr.of(d.Namespace, d.Key)
@@ -152,6 +158,10 @@ func (s *Store) groups(diffs []strategy.Diff, count bool) []*group {
 			g.runs[len(g.runs)-1].idx = append(g.runs[len(g.runs)-1].idx, i)
 		}
 	}
+	for i, d := range buckets {
+		g := gr.of(d.Namespace, d.Key)
+		g.bdiffs = append(g.bdiffs, bucketUse{i, g.bucket(bucketRef{d.Key, d.Kind, d.Window.Milliseconds()})})
+	}
 	return gr.gs
 }
 
@@ -163,20 +173,28 @@ func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strat
 	if err := validDiffs(b); err != nil {
 		return nil, err
 	}
-	if len(b.Diffs) == 0 {
+	if err := validBuckets(b); err != nil {
+		return nil, err
+	}
+	if len(b.Diffs)+len(b.Buckets) == 0 {
 		if count {
 			return []strategy.Totals{}, nil
 		}
 		return nil, nil
 	}
-	fields, values := diffStrings(b.Diffs)
-	gs := s.groups(b.Diffs, count)
+	ba := newBatchArgs(b)
+	gs := s.groups(b.Diffs, b.Buckets, count)
 	now := time.Now().UnixMilli()
 	seq := any(seqArg(b.Seq))
 	for _, g := range gs {
-		s.encodePush(g, b.Node, seq, fields, values, count, now)
+		s.encodePush(g, b.Node, seq, ba, count, now)
 	}
-	op := func() string { return fmt.Sprintf("push batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs)) }
+	op := func() string {
+		if len(b.Buckets) == 0 {
+			return fmt.Sprintf("push batch %d of node %q (%d diffs)", b.Seq, b.Node, len(b.Diffs))
+		}
+		return fmt.Sprintf("push batch %d of node %q (%d diffs, %d bucket diffs)", b.Seq, b.Node, len(b.Diffs), len(b.Buckets))
+	}
 	err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, pushScript, gs) })
 	if err != nil || !count {
 		return nil, err
@@ -225,17 +243,31 @@ func diffStrings(diffs []strategy.Diff) (fields, values []string) {
 	return fields, values
 }
 
+// batchArgs holds what the scripts get of a batch by pointer (see argv):
+// the diffs' fields and values (diffStrings) and the numbers of its
+// bucket diffs, in slices of the call.
+type batchArgs struct {
+	fields, values []string
+	buckets        []strategy.BucketDiff // the caller's, read while encoding only
+	nums           *numArgs              // at and window (ms), cost and rate of each bucket diff
+}
+
+func newBatchArgs(b strategy.Batch) *batchArgs {
+	fields, values := diffStrings(b.Diffs)
+	return &batchArgs{fields: fields, values: values, buckets: b.Buckets, nums: newNumArgs(2 * len(b.Buckets))}
+}
+
 // encodePush sets the keys, TTLs and ARGV of push group g of node's batch:
 // with count, each run also names the hash of its previous window (added
 // to g's hashes when the batch has none in it), and the script returns two
 // values per diff. now is the time of the TTLs, in ms.
-func (s *Store) encodePush(g *group, node string, seq any, fields, values []string, count bool, now int64) {
+func (s *Store) encodePush(g *group, node string, seq any, ba *batchArgs, count bool, now int64) {
 	m := len(g.wins)
 	mode := pushOnly
 	var prev []int // count mode: hash number of the window before each, a hash of the diffs or added after them
 	if count {
 		mode = countDistinct
-		if !distinctKeys(fields, g.diffs()) {
+		if !distinctKeys(ba.fields, g.diffs()) {
 			mode = countAny
 		}
 		prev = make([]int, m)
@@ -248,8 +280,12 @@ func (s *Store) encodePush(g *group, node string, seq any, fields, values []stri
 	for k, w := range g.wins[:m] {
 		g.ttls[k] = s.windowTTL(w.start, w.size, now)
 	}
-	a := newArgv(seq, s.laneTTL, pushArgs(m, g.runs))
-	a.pushGroup(mode, len(g.keys), g.ttls)
+	a := newArgv(seq, s.laneTTL, pushArgs(m, len(g.bdiffs), g.runs))
+	a.pushGroup(mode, len(g.keys), len(g.bdiffs), g.ttls)
+	for _, u := range g.bdiffs {
+		d, n := &ba.buckets[u.item], ba.nums
+		a.bucketDiff(len(g.wins)+u.b, n.intArg(d.At), n.floatArg(d.Cost), n.intArg(d.Window.Milliseconds()), n.floatArg(d.Rate))
+	}
 	g.n = 0
 	for _, r := range g.runs {
 		if count {
@@ -258,7 +294,7 @@ func (s *Store) encodePush(g *group, node string, seq any, fields, values []stri
 			a.pushRun(r.h, len(r.idx))
 		}
 		for _, i := range r.idx {
-			a.diff(&fields[i], &values[i])
+			a.diff(&ba.fields[i], &ba.values[i])
 		}
 		g.n += len(r.idx)
 	}
@@ -266,6 +302,7 @@ func (s *Store) encodePush(g *group, node string, seq any, fields, values []stri
 	if count {
 		g.nout = 2 * g.n
 	}
+	g.n += len(g.bdiffs)
 }
 
 // diffs returns the positions of g's diffs in the batch, in the order of

@@ -463,7 +463,7 @@ func TestFailedIncrementKeepsTheBatchOnce(t *testing.T) {
 		diff("ns", "a", start, time.Minute, 1), diff("ns", "bad", start, time.Minute, 1), diff("ns", "b", start, time.Minute, 1),
 	}}
 	err := s.PushDiffs(ctx, b)
-	if err == nil || !strings.Contains(err.Error(), "RATESYNC increment failed") {
+	if err == nil || !strings.Contains(err.Error(), "RATESYNC write failed") {
 		t.Fatalf("PushDiffs = %v, want the failed increment reported", err)
 	}
 	mustPush(t, s, b) // the retry: already applied

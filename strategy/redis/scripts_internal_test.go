@@ -47,7 +47,8 @@ func TestBodiesDoNotRedefinePrelude(t *testing.T) {
 			prelude[name] = true
 		}
 	}
-	for _, want := range []string{"above", "incr", "fault", "track", "run", "kb", "apply", "out", "o", "N"} {
+	for _, want := range []string{"above", "incr", "fault", "track", "run", "kb", "apply", "out", "o", "N",
+		"Bk", "bucket", "bucketLevel", "bucketFits", "bucketAdd", "saveBuckets"} {
 		if !prelude[want] {
 			t.Fatalf("lane.lua declares no %q at its top level: the test parses it wrong", want)
 		}

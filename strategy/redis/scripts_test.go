@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -223,6 +224,38 @@ func TestScriptsMatchSequentialIncrements(t *testing.T) {
 	})
 }
 
+// commandCalls returns the commands Redis ran during run, from INFO
+// commandstats of c's server (reset first), with "increments" for HINCRBY
+// and HINCRBYFLOAT together.
+func commandCalls(t *testing.T, c *goredis.Client, run func() error) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := c.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]int)
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _, _ := strings.Cut(rest, ",")
+		got[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
+	}
+	delete(got, "info")
+	delete(got, "config|resetstat")
+	// Integer increments go with HINCRBY, others with HINCRBYFLOAT.
+	got["increments"] = got["hincrby"] + got["hincrbyfloat"]
+	return got
+}
+
 func slicesMin(vs []float64) float64 {
 	m := math.Inf(1)
 	for _, v := range vs {
@@ -242,33 +275,7 @@ func TestScriptCallsPerBatch(t *testing.T) {
 	ctx := context.Background()
 	size := time.Minute
 	start := strategy.WindowStart(base, size)
-	calls := func(t *testing.T, run func() error) map[string]int {
-		t.Helper()
-		if err := c.ConfigResetStat(ctx).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := run(); err != nil {
-			t.Fatal(err)
-		}
-		info, err := c.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(map[string]int)
-		for _, line := range strings.Split(info, "\n") {
-			name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-			if !ok {
-				continue
-			}
-			n, _, _ := strings.Cut(rest, ",")
-			got[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
-		}
-		delete(got, "info")
-		delete(got, "config|resetstat")
-		// Integer increments go with HINCRBY, others with HINCRBYFLOAT.
-		got["increments"] = got["hincrby"] + got["hincrbyfloat"]
-		return got
-	}
+	calls := func(t *testing.T, run func() error) map[string]int { return commandCalls(t, c, run) }
 	want := func(t *testing.T, got map[string]int, want map[string]int) {
 		t.Helper()
 		for k, w := range want {
@@ -423,4 +430,149 @@ func TestCallsEndWithTheirContextBothWays(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The decision tests: Redis decides every check as the node does
+// (strategy.WindowFits, BucketLevel, BucketFits, BucketAdd), bit for bit.
+// Each check's limit sits on the boundary of its decision or one ulp
+// either side, with counts, costs and rates that doubles hold inexactly.
+
+// boundaries draws the values of the decision tests.
+type boundaries struct{ rnd *rand.Rand }
+
+var inexact = []float64{1, 2, 7, 0.1, 0.3, 1.0 / 3, 2.0 / 3, 0.5, 12.75, 1e6 + 0.1, 99.99}
+
+// value returns a count or cost, 0 too when zero is set.
+func (b boundaries) value(zero bool) float64 {
+	if zero && b.rnd.IntN(len(inexact)+1) == 0 {
+		return 0
+	}
+	return inexact[b.rnd.IntN(len(inexact))]
+}
+
+// near returns x or one of its neighbours, at least the smallest double
+// above 0.
+func (b boundaries) near(x float64) float64 {
+	switch b.rnd.IntN(3) {
+	case 0:
+		x = math.Nextafter(x, math.Inf(-1))
+	case 1:
+		x = math.Nextafter(x, math.Inf(1))
+	}
+	return max(x, math.SmallestNonzeroFloat64)
+}
+
+// decide runs checks in two calls of half each (the first half of one
+// limit per check, so that check.lua takes its path for those), passes
+// each result to want, and fails t unless many checks pass and many fail.
+func decide(t *testing.T, s *redis.Store, checks []strategy.Check, want func(i int, r strategy.CheckResult)) {
+	t.Helper()
+	allowed := 0
+	for lo, half := 0, len(checks)/2; lo < len(checks); lo += half {
+		res, err := s.CheckAndCount(context.Background(), "n", uint64(lo+1), checks[lo:lo+half])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res {
+			want(lo+i, r)
+			if r.Allowed {
+				allowed++
+			}
+		}
+	}
+	if allowed < len(checks)/5 || allowed > len(checks)*4/5 {
+		t.Fatalf("%d of %d checks allowed: want many of both, or the boundaries are not tested", allowed, len(checks))
+	}
+}
+
+const decisions = 400
+
+var far = base.Add(1000 * time.Hour)
+
+func TestWindowDecisionsAreTheNodes(t *testing.T) {
+	s, _ := newStore(t, redis.Config{})
+	b := boundaries{rand.New(rand.NewPCG(1, 2))}
+	sizes := []int64{7, 1000, 60000, 3600000}
+	var diffs []strategy.Diff
+	checks := make([]strategy.Check, decisions)
+	for i := range checks {
+		size := time.Duration(sizes[b.rnd.IntN(len(sizes))]) * time.Millisecond
+		start := strategy.WindowStart(far, size)
+		key := fmt.Sprintf("w%d", i)
+		diffs = append(diffs, diff("ns", key, start.Add(-size), size, b.value(false)), diff("ns", key, start, size, b.value(false)))
+		now := start.Add(time.Duration(b.rnd.Int64N(size.Milliseconds())) * time.Millisecond)
+		checks[i] = strategy.Check{Namespace: "ns", Key: key, Cost: b.value(true), Now: now, Limits: []strategy.CheckLimit{{WindowSize: size, Fixed: b.rnd.IntN(4) == 0}}}
+	}
+	totals, err := s.PushAndCount(context.Background(), strategy.Batch{Node: "seed", Seq: 1, Diffs: diffs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elapsed := func(c strategy.Check) int64 {
+		return c.Now.UnixMilli() - strategy.WindowStart(c.Now, c.Limits[0].WindowSize).UnixMilli()
+	}
+	for i := range checks {
+		c, l := checks[i], &checks[i].Limits[0]
+		cur, prev := totals[2*i+1].Current, totals[2*i+1].Previous // as Redis holds them
+		x := cur + c.Cost
+		if !l.Fixed {
+			size := float64(l.WindowSize.Milliseconds())
+			x = ((cur+c.Cost)*size + prev*(size-float64(elapsed(c)))) / size
+		}
+		l.Limit = b.near(x)
+		if i >= decisions/2 {
+			checks[i].Limits = append(checks[i].Limits, *l) // the same window again
+		}
+	}
+	decide(t, s, checks, func(i int, r strategy.CheckResult) {
+		c, l, tot := checks[i], checks[i].Limits[0], totals[2*i+1]
+		if want := strategy.WindowFits(tot.Current, tot.Previous, c.Cost, l.Limit, l.WindowSize.Milliseconds(), elapsed(c), l.Fixed); r.Allowed != want {
+			t.Errorf("check %d (%+v; current %v, previous %v): allowed %v, the node decides %v", i, c, tot.Current, tot.Previous, r.Allowed, want)
+		}
+	})
+}
+
+func TestBucketDecisionsAreTheNodes(t *testing.T) {
+	s, _ := newStore(t, redis.Config{})
+	b := boundaries{rand.New(rand.NewPCG(3, 4))}
+	windows := []int64{7, 1000, 3000, 60000}
+	rates := []float64{1, 3, 1.0 / 3, 0.1, 7.0 / 3, 100, 0.001}
+	t0 := far.UnixMilli()
+	var diffs []strategy.BucketDiff
+	var refs []strategy.BucketRef
+	checks := make([]strategy.Check, decisions)
+	for i := range checks {
+		w := time.Duration(windows[b.rnd.IntN(len(windows))]) * time.Millisecond
+		key, rate := fmt.Sprintf("b%d", i), rates[b.rnd.IntN(len(rates))]
+		diffs = append(diffs, strategy.BucketDiff{Namespace: "ns", Key: key, Kind: 4, Window: w, At: t0, Cost: b.value(false), Rate: rate})
+		refs = append(refs, strategy.BucketRef{Key: key, Kind: 4, Window: w})
+		now := time.UnixMilli(t0 + b.rnd.Int64N(3*w.Milliseconds()) - w.Milliseconds()/2) // a clock behind the bucket too
+		checks[i] = strategy.Check{Namespace: "ns", Key: key, Cost: b.value(true), Now: now, Limits: []strategy.CheckLimit{{Kind: 4, WindowSize: w, Limit: rate}}}
+	}
+	if err := s.PushDiffs(context.Background(), strategy.Batch{Node: "seed", Seq: 1, Buckets: diffs}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.GetBuckets(context.Background(), "ns", refs) // as Redis holds them
+	if err != nil || len(held) != decisions {
+		t.Fatalf("GetBuckets: %d buckets, %v", len(held), err)
+	}
+	for i := range checks {
+		c, l := checks[i], &checks[i].Limits[0]
+		w := float64(l.WindowSize.Milliseconds())
+		l.Burst = b.near((strategy.BucketLevel(held[i], l.Limit, c.Now.UnixMilli()) + c.Cost*w) / w)
+		if i >= decisions/2 {
+			checks[i].Limits = append(checks[i].Limits, strategy.CheckLimit{WindowSize: time.Minute, Limit: 1e300})
+		}
+	}
+	decide(t, s, checks, func(i int, r strategy.CheckResult) {
+		c, l, st := checks[i], checks[i].Limits[0], held[i]
+		now, w := c.Now.UnixMilli(), l.WindowSize.Milliseconds()
+		want, after := strategy.BucketFits(strategy.BucketLevel(st, l.Limit, now), c.Cost, l.Burst, w), st
+		if want && c.Cost > 0 {
+			after = strategy.BucketAdd(st, l.Limit, c.Cost, w, now)
+		}
+		got := r.Buckets[0]
+		if r.Allowed != want || got.At != after.At || math.Float64bits(got.Level) != math.Float64bits(after.Level) {
+			t.Errorf("check %d (%+v; bucket %+v): allowed %v, bucket %+v; the node decides %v, bucket %+v", i, c, st, r.Allowed, got, want, after)
+		}
+	})
 }

@@ -17,6 +17,12 @@
 //
 //	{ratesync:api:3}:60000:1700000040000   hash: key -> count
 //	{ratesync:api:3}:lane:api|node-a/9f2c   last Seq applied for that node
+//	{ratesync:api:3}:b:4:1000:user:42       bucket (kind 4, window 1s) of key user:42
+//
+// A bucket (strategy.BucketStore) is one small string per (key, kind,
+// window) in the shard of its key: "at level rate" (see bucket.go), so the
+// scripts change it in the same slot and atomic step as the windows and
+// lane record of that shard.
 //
 // # At most once
 //
@@ -29,14 +35,15 @@
 // of a sharded deployment: CROSSSLOT) turns that off for the store. For
 // each group, the script compares the batch's Seq with the group's lane
 // record (last Seq applied by b.Node in that shard), and when it is above
-// it, applies the increments, sets the TTLs and records the Seq, in one
-// atomic step. A retry of a batch, whole or with late diffs dropped,
-// therefore applies exactly the groups its first try did not: a lost reply
-// never counts anything twice, and a batch that never landed is applied by
-// its retry. Seq is compared exactly for every uint64 (as two 10-digit
-// halves, since Lua numbers are doubles). The records are per shard, so the
-// guarantee relies on what the syncer does anyway: one batch at a time per
-// Node, in increasing Seq order, retries before newer batches.
+// it, applies the increments and bucket diffs, sets the TTLs and records
+// the Seq, in one atomic step. A retry of a batch, whole or with late diffs
+// dropped, therefore applies exactly the groups its first try did not: a
+// lost reply never counts anything twice, and a batch that never landed is
+// applied by its retry. Seq is compared exactly for every uint64 (as two
+// 10-digit halves, since Lua numbers are doubles). The records are per
+// shard, so the guarantee relies on what the syncer does anyway: one batch
+// at a time per Node, in increasing Seq order, retries before newer
+// batches.
 //
 // A script the server lost (restart, failover, SCRIPT FLUSH) is reloaded on
 // NOSCRIPT and the groups that failed are sent again; that is safe because
@@ -53,7 +60,9 @@
 // the pushing node's clock (relative PEXPIRE, so the server's clock does not
 // matter), and at least TTLMargin after each push. A lane record expires
 // LaneTTL after the last batch it recorded, so the records of departed nodes
-// go by themselves. Purge therefore has nothing to do.
+// go by themselves. A bucket expires a minute after it drains empty, by the
+// clock of the request that last changed it (relative PX again): the same
+// as holding it empty. Purge therefore has nothing to do.
 //
 // # Redis restarted empty
 //
@@ -110,6 +119,7 @@ var (
 	_ strategy.Strategy    = (*Store)(nil)
 	_ strategy.PushCounter = (*Store)(nil)
 	_ strategy.Checker     = (*Store)(nil)
+	_ strategy.BucketStore = (*Store)(nil)
 )
 
 // Store is a strategy kept in Redis. It is safe for concurrent use; its zero
