@@ -1,15 +1,50 @@
 // Command accuracy measures how far over a limit N ratesync nodes sharing one
 // store admit, at a given sync rate: it runs in-process nodes against a
-// memory, Redis or PostgreSQL store under an open-loop load, counts the hits
-// admitted per window exactly, and prints one CSV row per run:
+// memory, Redis or PostgreSQL store under an open-loop load, records every
+// decision, and prints one CSV row per run.
+//
+// Window limits (-algorithm fixed_window, the default, or sliding_window):
 //
 //	store,nodes,sync_rate,limit,window,offered_per_s,max_admitted_per_window,over_admission_pct,bound_pct
 //
+// max_admitted_per_window is the most hits of one key admitted in one whole
+// fixed window (sliding_window: in any span of the window's length);
 // bound_pct is 100·λ·T/L: λ the offered rate of the key, T the sync interval
 // plus the measured store round trip (reference/numbers.md section 2).
 //
+// Buckets (-algorithm token_bucket or leaky_bucket, capacity -burst b, or a
+// list that names one beside window algorithms, which are then reported the
+// same way):
+//
+//	store,algorithm,nodes,sync_rate,limit,window,burst,offered_per_s,duration,admitted,long_run_rate,max_admitted_in_window,allowed_in_window,burst_pct
+//
+// With r = limit/window the sustained rate and D = -duration:
+//
+//   - admitted is the number of hits admitted in the run (its arrivals
+//     come over D);
+//   - long_run_rate = (admitted − a0) / (r·D) is the admitted rate as a
+//     multiple of r, where a0 is what the limit rightly admits at once on
+//     top of its rate: b for a bucket (it starts full), 0 for a window (the
+//     run starts on a window boundary, so its windows are whole). 1 is
+//     exact; above 1 is over-admission that no debt paid back by the end;
+//   - max_admitted_in_window is the most hits admitted in any span
+//     [t, t+window) by the time the node was asked (fixed_window: in one
+//     whole fixed window, as above);
+//   - allowed_in_window is what the limit allows in such a span: b + r·window
+//     (that is b + limit) for a bucket, limit for a window;
+//   - burst_pct = 100·(max_admitted_in_window − allowed_in_window) /
+//     allowed_in_window.
+//
+// The offered load is -rate hits per second, or -load times r; -load
+// defaults to 10 for buckets when -rate is not given. -parallel N makes N
+// runs at once, each with its own nodes and namespace on the one store
+// (a run of 1,000 hits/s takes about 2% of a core); before its load, every
+// node of a run decides once on another key, so that no run's first
+// decisions wait for its nodes to start.
+//
 //	go run ./integration/cmd/accuracy -nodes 4 -sync 250ms
 //	go run ./integration/cmd/accuracy -store redis -redis-url redis://127.0.0.1:6379/0 -sweep -csv out.csv -svg out.svg
+//	go run ./integration/cmd/accuracy -algorithm token_bucket -limit 100 -window 1s -nodes 4 -sync 1s -duration 2m
 package main
 
 import (
@@ -20,10 +55,13 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ratesync/ratesync/ratelimiting"
 )
 
 func main() {
@@ -41,16 +79,19 @@ type options struct {
 	postgresURL string
 	nodes       []int
 	syncs       []time.Duration
+	algorithms  []ratelimiting.Algorithm
 	limit       float64
 	window      time.Duration
+	burst       float64
 	rate        float64
+	load        float64
 	keys        int
 	zipf        float64
 	duration    time.Duration
 	spread      string
 	poisson     bool
-	sliding     bool
 	nearLimit   bool
+	parallel    int
 	workers     int
 	csv         string
 	svg         string
@@ -62,6 +103,10 @@ var (
 	sweepSyncs = []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second}
 )
 
+// defaultBucketLoad is the offered load of bucket runs, a multiple of the
+// bucket's rate, when neither -load nor -rate is given.
+const defaultBucketLoad = 10
+
 func parse(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("accuracy", flag.ContinueOnError)
@@ -72,19 +117,27 @@ func parse(args []string) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if err := o.grid(f); err != nil {
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := o.grid(f, set); err != nil {
 		return nil, err
 	}
 	if err := o.validate(); err != nil {
 		return nil, err
+	}
+	if o.load == 0 && !set["rate"] && o.buckets() {
+		o.load = defaultBucketLoad
+	}
+	if o.load > 0 {
+		o.rate = o.load * o.limit / o.window.Seconds()
 	}
 	return o, nil
 }
 
 // gridFlags are the flags that choose the runs: lists, or -sweep.
 type gridFlags struct {
-	nodes, syncs *string
-	sweep        *bool
+	nodes, syncs, algorithms *string
+	sliding, sweep           *bool
 }
 
 // flags defines the flags of o on fs.
@@ -94,25 +147,40 @@ func (o *options) flags(fs *flag.FlagSet) gridFlags {
 	fs.StringVar(&o.postgresURL, "postgres-url", os.Getenv("RATESYNC_POSTGRES_URL"), "PostgreSQL URL (-store postgres)")
 	nodes := fs.String("nodes", "4", "node count, or a comma-separated list")
 	syncs := fs.String("sync", "250ms", "sync rate (0: synchronous), or a comma-separated list")
-	fs.Float64Var(&o.limit, "limit", 100, "hits allowed per window")
+	algorithms := fs.String("algorithm", "fixed_window", "fixed_window, sliding_window, token_bucket or leaky_bucket, or a comma-separated list")
+	fs.Float64Var(&o.limit, "limit", 100, "hits allowed per window (buckets: the rate is limit per window)")
 	fs.DurationVar(&o.window, "window", 5*time.Second, "window size")
+	fs.Float64Var(&o.burst, "burst", 0, "bucket capacity (0: -limit)")
 	fs.Float64Var(&o.rate, "rate", 100, "offered hits per second, all keys")
+	fs.Float64Var(&o.load, "load", 0, "offered load as a multiple of limit per window, instead of -rate (default 10 with a bucket and no -rate)")
 	fs.IntVar(&o.keys, "keys", 1, "distinct keys (1: one hot key)")
 	fs.Float64Var(&o.zipf, "zipf", 1.1, "Zipf exponent over -keys (> 1), else uniform")
 	fs.DurationVar(&o.duration, "duration", 12*time.Second, "how long each run offers load")
 	fs.StringVar(&o.spread, "spread", "round-robin", "arrivals to nodes: round-robin, random or sticky")
 	fs.BoolVar(&o.poisson, "poisson", false, "Poisson arrivals instead of constant")
-	fs.BoolVar(&o.sliding, "sliding", false, "sliding-window limit (default fixed: admitted per window is then exact to count)")
+	sliding := fs.Bool("sliding", false, "same as -algorithm sliding_window (fixed windows make admitted per window exact to count)")
 	fs.BoolVar(&o.nearLimit, "near-limit", false, "decide near-limit keys in the store (namespace NearLimit)")
-	fs.IntVar(&o.workers, "workers", 32, "concurrent callers")
+	fs.IntVar(&o.parallel, "parallel", 1, "runs made at once, each with its own nodes and namespace")
+	fs.IntVar(&o.workers, "workers", 32, "concurrent callers per run")
 	sweep := fs.Bool("sweep", false, "run the default grid: nodes 1,2,4,8 x sync 0,10ms,50ms,100ms,250ms,500ms,1s (without 0 for -near-limit)")
 	fs.StringVar(&o.csv, "csv", "", "also write the rows to this CSV file")
-	fs.StringVar(&o.svg, "svg", "", "write a chart of over-admission against sync rate to this SVG file")
-	return gridFlags{nodes: nodes, syncs: syncs, sweep: sweep}
+	fs.StringVar(&o.svg, "svg", "", "write a chart against sync rate to this SVG file: over-admission, or with a bucket the long-run rate")
+	return gridFlags{nodes: nodes, syncs: syncs, algorithms: algorithms, sliding: sliding, sweep: sweep}
 }
 
-// grid sets the node counts and sync rates to run, from the parsed flags.
-func (o *options) grid(f gridFlags) error {
+// grid sets the algorithms, node counts and sync rates to run, from the
+// parsed flags (set: the flags given).
+func (o *options) grid(f gridFlags, set map[string]bool) error {
+	var err error
+	if o.algorithms, err = parseList(*f.algorithms, "algorithm", parseAlgorithm); err != nil {
+		return err
+	}
+	if *f.sliding {
+		if set["algorithm"] && !slices.Equal(o.algorithms, []ratelimiting.Algorithm{ratelimiting.SlidingWindow}) {
+			return errors.New("-sliding and -algorithm: give one")
+		}
+		o.algorithms = []ratelimiting.Algorithm{ratelimiting.SlidingWindow}
+	}
 	if *f.sweep {
 		o.nodes = sweepNodes
 		for _, s := range sweepSyncs {
@@ -122,13 +190,37 @@ func (o *options) grid(f gridFlags) error {
 		}
 		return nil
 	}
-	var err error
 	if o.nodes, err = parseList(*f.nodes, "nodes", strconv.Atoi); err != nil {
 		return err
 	}
 	o.syncs, err = parseList(*f.syncs, "sync", time.ParseDuration)
 	return err
 }
+
+// parseAlgorithm reads an algorithm as the node's configuration spells it,
+// or fixed / sliding.
+func parseAlgorithm(s string) (ratelimiting.Algorithm, error) {
+	switch s {
+	case "fixed":
+		return ratelimiting.FixedWindow, nil
+	case "sliding":
+		return ratelimiting.SlidingWindow, nil
+	}
+	a, ok := ratelimiting.ParseAlgorithm(s)
+	if !ok || a == ratelimiting.AnchoredWindow || a == ratelimiting.SlidingLog {
+		return 0, errors.New("must be fixed_window, sliding_window, token_bucket or leaky_bucket")
+	}
+	return a, nil
+}
+
+// isBucket reports whether a is a bucket algorithm.
+func isBucket(a ratelimiting.Algorithm) bool {
+	return a == ratelimiting.TokenBucket || a == ratelimiting.LeakyBucket
+}
+
+// buckets reports whether a bucket is among the algorithms to run: the
+// rows then report long-run rates.
+func (o *options) buckets() bool { return slices.ContainsFunc(o.algorithms, isBucket) }
 
 // validate checks the options once parsed.
 func (o *options) validate() error {
@@ -139,8 +231,12 @@ func (o *options) validate() error {
 		return fmt.Errorf("-limit %v: must be > 0", o.limit)
 	case o.window <= 0 || o.window%time.Millisecond != 0:
 		return fmt.Errorf("-window %v: must be > 0 and whole milliseconds", o.window)
-	case o.rate <= 0:
-		return fmt.Errorf("-rate %v: must be > 0", o.rate)
+	case o.burst < 0 || (o.burst > 0 && !o.buckets()):
+		return fmt.Errorf("-burst %v: must be >= 0, and only with a bucket -algorithm", o.burst)
+	case o.rate <= 0 || o.load < 0:
+		return fmt.Errorf("-rate %v, -load %v: -rate must be > 0, -load >= 0", o.rate, o.load)
+	case o.parallel <= 0:
+		return fmt.Errorf("-parallel %d: must be > 0", o.parallel)
 	case o.keys <= 0:
 		return fmt.Errorf("-keys %d: must be > 0", o.keys)
 	case o.duration < o.window:
@@ -185,19 +281,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	defer st.close()
 	var rows []row
-	fmt.Fprintln(stdout, header)
-	for _, n := range o.nodes {
-		for _, s := range o.syncs {
-			r, err := measure(ctx, o, st, n, s)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, r.csv())
-			rows = append(rows, r)
+	fmt.Fprintln(stdout, o.header())
+	for _, g := range o.groups() {
+		got, err := measureGroup(ctx, o, st, g)
+		if err != nil {
+			return err
 		}
+		for _, r := range got {
+			fmt.Fprintln(stdout, r.csv())
+		}
+		rows = append(rows, got...)
 	}
+	slices.SortStableFunc(rows, o.order)
 	if o.csv != "" {
-		if err := writeCSV(o.csv, rows); err != nil {
+		if err := writeCSV(o.csv, o.header(), rows); err != nil {
 			return err
 		}
 	}

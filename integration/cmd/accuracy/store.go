@@ -16,12 +16,21 @@ type store struct {
 	close func()
 }
 
+// openStore opens the store of -store; with a bucket among the algorithms,
+// one that keeps buckets (strategy.BucketStore).
 func openStore(ctx context.Context, o *options) (*store, error) {
-	switch o.store {
-	case "memory":
-		return &store{s: memory.New(), close: func() {}}, nil
+	st := &store{s: memory.New(), close: func() {}}
+	if o.store != "memory" {
+		var err error
+		if st, err = openServerStore(ctx, o); err != nil {
+			return nil, err
+		}
 	}
-	return openServerStore(ctx, o)
+	if _, ok := st.s.(strategy.BucketStore); o.buckets() && !ok {
+		st.close()
+		return nil, fmt.Errorf("-store %s does not keep buckets (strategy.BucketStore): run buckets on another store", o.store)
+	}
+	return st, nil
 }
 
 // rtt returns the median duration of a few store reads.

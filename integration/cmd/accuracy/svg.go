@@ -7,11 +7,17 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratesync/ratesync/ratelimiting"
 )
 
 // writeSVG draws over-admission (%) against sync rate, one line per node
-// count, with the bound λ·T/L of the largest node count dashed.
+// count, with the bound λ·T/L of the largest node count dashed; with a
+// bucket among the algorithms, writeRateSVG's charts.
 func writeSVG(path string, rows []row, o *options) error {
+	if o.buckets() {
+		return writeRateSVG(path, rows, o)
+	}
 	const (
 		w, h                   = 720, 420
 		left, right, top, bott = 70, 150, 40, 60
@@ -85,4 +91,156 @@ func writeSVG(path string, rows []row, o *options) error {
 	}
 	b.WriteString("</svg>\n")
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// panel is one chart of writeRateSVG: a value of each row against sync
+// rate, one polyline per algorithm and node count.
+type panel struct {
+	x, y, w, h float64 // the plot area
+	title      string
+	value      func(row) float64
+	keep       func(row) bool // the rows drawn; all when nil
+	refs       []float64      // dotted horizontal lines, labelled
+	lo, step   float64        // the axis starts at lo; ticks every step
+}
+
+// writeRateSVG draws, against sync rate, the long-run rate of every
+// algorithm, that of the buckets alone on a finer scale, and the largest
+// burst: one colour per node count, solid lines for buckets, dashed for
+// window limits.
+func writeRateSVG(path string, rows []row, o *options) error {
+	const w, h = 1140, 440
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="60" y="20" font-size="14">Long-run rate and largest burst vs sync rate (%s store, limit %g per %v, burst %g, %g hits/s offered, %v per run)</text>`+"\n",
+		o.store, o.limit, o.window, capacity(o.limitOf(ratelimiting.TokenBucket)), o.rate, o.duration)
+	panels := []panel{
+		{x: 60, title: "long-run rate (× r)", value: func(r row) float64 { return r.longRun }, refs: []float64{1}, step: 0.5},
+		{x: 440, title: "long-run rate of the buckets (× r)", value: func(r row) float64 { return r.longRun },
+			keep: func(r row) bool { return isBucket(r.alg) }, refs: []float64{1, 1.05}, lo: 0.95, step: 0.05},
+		{x: 820, title: "largest burst (× allowed in a window)", value: func(r row) float64 { return float64(r.maxAdm) / r.allowed }, refs: []float64{1}, step: 1},
+	}
+	syncs := sortedSyncs(rows)
+	for _, p := range panels {
+		p.y, p.w, p.h = 60, 280, 300
+		p.draw(&b, rows, syncs)
+	}
+	rateLegend(&b, rows, 60, h-30)
+	b.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// sortedSyncs returns the sync rates of rows, in order.
+func sortedSyncs(rows []row) []time.Duration {
+	var syncs []time.Duration
+	for _, r := range rows {
+		if !slices.Contains(syncs, r.sync) {
+			syncs = append(syncs, r.sync)
+		}
+	}
+	slices.Sort(syncs)
+	return syncs
+}
+
+// nodeColor returns the colour of a node count: the i-th distinct count of
+// rows, in order.
+func nodeColor(rows []row, nodes int) string {
+	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"}
+	var all []int
+	for _, r := range rows {
+		if !slices.Contains(all, r.nodes) {
+			all = append(all, r.nodes)
+		}
+	}
+	slices.Sort(all)
+	return colors[slices.Index(all, nodes)%len(colors)]
+}
+
+// draw writes p's axes, reference lines and polylines.
+func (p panel) draw(b *strings.Builder, rows []row, syncs []time.Duration) {
+	var kept []row
+	hi := p.lo + p.step
+	for _, r := range rows {
+		if p.keep == nil || p.keep(r) {
+			kept = append(kept, r)
+			hi = math.Max(hi, p.value(r))
+		}
+	}
+	hi = p.lo + math.Ceil((hi-p.lo)/p.step-1e-9)*p.step
+	x := func(s time.Duration) float64 {
+		if len(syncs) == 1 {
+			return p.x + p.w/2
+		}
+		return p.x + float64(slices.Index(syncs, s))*p.w/float64(len(syncs)-1)
+	}
+	y := func(v float64) float64 { return p.y + (1-(math.Max(v, p.lo)-p.lo)/(hi-p.lo))*p.h }
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-size="13">%s</text>`+"\n", p.x, p.y-12, p.title)
+	for v := p.lo; v <= hi+p.step/2; v += p.step {
+		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.0f" y="%.1f" text-anchor="end">%g</text>`+"\n", p.x, p.x+p.w, y(v), y(v), p.x-6, y(v)+4, math.Round(v*100)/100)
+	}
+	for _, v := range p.refs {
+		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#000" stroke-dasharray="1,3"/><text x="%.0f" y="%.1f" font-size="10">%g</text>`+"\n", p.x, p.x+p.w, y(v), y(v), p.x+p.w+3, y(v)+3, v)
+	}
+	for _, s := range syncs {
+		label := s.String()
+		if s == 0 {
+			label = "0 (sync)"
+		}
+		fmt.Fprintf(b, `<text x="%.1f" y="%.0f" text-anchor="middle" font-size="10">%s</text>`+"\n", x(s), p.y+p.h+16, label)
+	}
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle">sync rate</text>`+"\n", p.x+p.w/2, p.y+p.h+34)
+	type line struct {
+		alg   ratelimiting.Algorithm
+		nodes int
+	}
+	pts := map[line][]string{}
+	var order []line
+	for _, r := range kept {
+		l := line{r.alg, r.nodes}
+		if _, ok := pts[l]; !ok {
+			order = append(order, l)
+		}
+		pts[l] = append(pts[l], fmt.Sprintf("%.1f,%.1f", x(r.sync), y(p.value(r))))
+	}
+	for _, l := range order {
+		dash := ""
+		if !isBucket(l.alg) {
+			dash = ` stroke-dasharray="6,4"`
+		}
+		c := nodeColor(rows, l.nodes)
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", c, dash, strings.Join(pts[l], " "))
+		for _, pt := range pts[l] {
+			cx, cy, _ := strings.Cut(pt, ",")
+			fmt.Fprintf(b, `<circle cx="%s" cy="%s" r="2.5" fill="%s"/>`+"\n", cx, cy, c)
+		}
+	}
+}
+
+// rateLegend writes the legend of writeRateSVG at (x, y): the colour of
+// each node count, and the line of each algorithm.
+func rateLegend(b *strings.Builder, rows []row, x, y float64) {
+	var nodes []int
+	var algs []ratelimiting.Algorithm
+	for _, r := range rows {
+		if !slices.Contains(nodes, r.nodes) {
+			nodes = append(nodes, r.nodes)
+		}
+		if !slices.Contains(algs, r.alg) {
+			algs = append(algs, r.alg)
+		}
+	}
+	slices.Sort(nodes)
+	for _, n := range nodes {
+		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="%s" stroke-width="3"/><text x="%.0f" y="%.0f">%d node(s)</text>`+"\n", x, x+20, y, y, nodeColor(rows, n), x+25, y+4, n)
+		x += 95
+	}
+	for _, a := range algs {
+		dash := ""
+		if !isBucket(a) {
+			dash = ` stroke-dasharray="6,4"`
+		}
+		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#555" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n", x+20, x+50, y, y, dash, x+55, y+4, a)
+		x += 170
+	}
 }

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ratesync/ratesync/ratelimiting"
+)
+
+// spec is one run: an algorithm, a node count and a sync rate.
+type spec struct {
+	alg   ratelimiting.Algorithm
+	nodes int
+	sync  time.Duration
+}
+
+// groups returns the runs by algorithm, node count and sync rate, in
+// groups of -parallel runs made at once.
+func (o *options) groups() [][]spec {
+	var all []spec
+	for _, a := range o.algorithms {
+		for _, n := range o.nodes {
+			for _, s := range o.syncs {
+				all = append(all, spec{a, n, s})
+			}
+		}
+	}
+	var out [][]spec
+	for g := range slices.Chunk(all, o.parallel) {
+		out = append(out, g)
+	}
+	return out
+}
+
+// measureGroup runs the specs of g at once and returns their rows in g's
+// order, or the first error.
+func measureGroup(ctx context.Context, o *options, st *store, g []spec) ([]row, error) {
+	rows := make([]row, len(g))
+	errs := make([]error, len(g))
+	var wg sync.WaitGroup
+	for i, sp := range g {
+		wg.Go(func() { rows[i], errs[i] = measure(ctx, o, st, sp) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
+}
+
+// order sorts rows as the sequential runs come: by algorithm (in -algorithm
+// order), node count, then sync rate.
+func (o *options) order(a, b row) int {
+	return cmp.Or(
+		cmp.Compare(slices.Index(o.algorithms, a.alg), slices.Index(o.algorithms, b.alg)),
+		cmp.Compare(a.nodes, b.nodes),
+		cmp.Compare(a.sync, b.sync),
+	)
+}
