@@ -3,7 +3,6 @@ package strategytest
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -233,30 +232,8 @@ var bucketCases = []suiteCase{
 			t.Skip("strategy does not implement strategy.Checker")
 		}
 		const nodes, perNode, burst = 8, 30, 100
-		now := Base.Add(6 * time.Hour)
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		passed := 0
-		for n := range nodes {
-			wg.Go(func() {
-				for seq := uint64(1); seq <= perNode; seq++ {
-					c := strategy.Check{Namespace: "ns", Key: "hot", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{Kind: kindToken, WindowSize: time.Hour, Limit: 1, Burst: burst}}}
-					res, err := ck.CheckAndCount(context.Background(), fmt.Sprintf("node-%d", n), seq, []strategy.Check{c, c})
-					if err != nil {
-						t.Errorf("CheckAndCount: %v", err)
-						return
-					}
-					for _, r := range res {
-						if r.Allowed {
-							mu.Lock()
-							passed++
-							mu.Unlock()
-						}
-					}
-				}
-			})
-		}
-		wg.Wait()
+		c := strategy.Check{Namespace: "ns", Key: "hot", Cost: 1, Now: Base.Add(6 * time.Hour), Limits: []strategy.CheckLimit{{Kind: kindToken, WindowSize: time.Hour, Limit: 1, Burst: burst}}}
+		passed := racePasses(t, ck, nodes, perNode, c)
 		if passed != burst {
 			t.Fatalf("%d checks passed, want exactly %d", passed, burst)
 		}

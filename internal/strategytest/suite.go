@@ -36,6 +36,35 @@ type suiteCase struct {
 	run  func(t *testing.T, s strategy.Strategy)
 }
 
+// racePasses makes nodes goroutines send perNode calls of two copies of c
+// each, on lanes of their own, at once, and returns how many checks passed.
+func racePasses(t *testing.T, ck strategy.Checker, nodes, perNode int, c strategy.Check) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	passed := 0
+	for n := range nodes {
+		wg.Go(func() {
+			for seq := uint64(1); seq <= uint64(perNode); seq++ {
+				res, err := ck.CheckAndCount(context.Background(), fmt.Sprintf("node-%d", n), seq, []strategy.Check{c, c})
+				if err != nil {
+					t.Errorf("CheckAndCount: %v", err)
+					return
+				}
+				for _, r := range res {
+					if r.Allowed {
+						mu.Lock()
+						passed++
+						mu.Unlock()
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return passed
+}
+
 // Run runs the contract suite against the stores newStore makes, one per
 // case.
 func Run(t *testing.T, newStore NewFunc) {
@@ -378,29 +407,7 @@ var cases = []suiteCase{
 		}
 		const nodes, perNode, limit = 8, 30, 100
 		now := Base.Add(30 * time.Second)
-		var allowed sync.WaitGroup
-		var mu sync.Mutex
-		passed := 0
-		for n := range nodes {
-			allowed.Go(func() {
-				for seq := uint64(1); seq <= perNode; seq++ {
-					checks := []strategy.Check{{Namespace: "ns", Key: "hot", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: limit}}}}
-					res, err := ck.CheckAndCount(context.Background(), fmt.Sprintf("node-%d", n), seq, append(checks, checks[0]))
-					if err != nil {
-						t.Errorf("CheckAndCount: %v", err)
-						return
-					}
-					for _, r := range res {
-						if r.Allowed {
-							mu.Lock()
-							passed++
-							mu.Unlock()
-						}
-					}
-				}
-			})
-		}
-		allowed.Wait()
+		passed := racePasses(t, ck, nodes, perNode, strategy.Check{Namespace: "ns", Key: "hot", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: limit}}})
 		if passed != limit {
 			t.Fatalf("%d checks passed, want exactly %d", passed, limit)
 		}
