@@ -22,14 +22,13 @@ type windowState struct {
 
 // windowLimitState builds a window limit's LimitState from its state after
 // the decision; before is the current count before it.
-func windowLimitState(l Limit, st windowState, before, cost float64, allowed bool) LimitState {
+func windowLimitState(out *LimitState, l *Limit, st *windowState, before, cost float64, allowed bool) {
 	fixed := l.fixed()
-	out := LimitState{Limit: l, Rate: st.cur}
+	*out = LimitState{Limit: *l, Rate: st.cur}
 	if !fixed {
 		out.Rate += st.prev * weight(st.e, 0, st.size)
 	}
-	fits := func(c float64) bool { return strategy.WindowFits(st.cur, st.prev, c, l.Limit, st.size, st.e, fixed) }
-	out.Remaining = largestFit(math.Floor(l.Limit-out.Rate), fits)
+	out.Remaining = windowRemaining(st, l.Limit, math.Floor(l.Limit-out.Rate), fixed)
 	switch {
 	case fixed:
 		out.Reset = ms(st.size - st.e)
@@ -40,23 +39,20 @@ func windowLimitState(l Limit, st windowState, before, cost float64, allowed boo
 	}
 	out.Allowed = allowed || strategy.WindowFits(before, st.prev, cost, l.Limit, st.size, st.e, fixed)
 	if !out.Allowed {
-		out.RetryAfter = ms(windowRetry(st, cost, l.Limit, fixed))
+		out.RetryAfter = ms(windowRetry(*st, cost, l.Limit, fixed))
 	}
-	return out
 }
 
-// largestFit returns the largest whole n >= 0 with fits(n), starting from
-// the guess n0: fits holds for 0 unless the state is over the limit.
-func largestFit(n0 float64, fits func(float64) bool) float64 {
+// windowRemaining returns the largest whole cost n >= 0 that fits the
+// window limit in state st (strategy.WindowFits), from the guess n0; 0 when
+// none does.
+func windowRemaining(st *windowState, limit, n0 float64, fixed bool) float64 {
 	n := max(0, n0)
-	for i := 0; i < 64 && n > 0 && !fits(n); i++ {
+	for i := 0; i < 64 && n > 0 && !strategy.WindowFits(st.cur, st.prev, n, limit, st.size, st.e, fixed); i++ {
 		n--
 	}
-	for i := 0; i < 64 && n+1 != n && fits(n+1); i++ {
+	for i := 0; i < 64 && n+1 != n && strategy.WindowFits(st.cur, st.prev, n+1, limit, st.size, st.e, fixed); i++ {
 		n++
-	}
-	if n == 0 && !fits(0) {
-		return 0
 	}
 	return n
 }

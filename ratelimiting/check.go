@@ -23,6 +23,8 @@ type group struct {
 	w        *shm.Window
 	prev     float64 // count of the previous window
 	e        int64   // ms into the current window
+	sliding  float64 // the smallest sliding limit on the window, 0 when none
+	fixed    float64 // the smallest fixed limit on the window, 0 when none
 	before   float64 // current count before the request
 	cur      float64 // current count after the decision
 	counted  bool
@@ -195,6 +197,7 @@ func (in *Instance) prepare(p *plan, name string) (*ns, []group, []bgroup, []int
 		if j == len(groups) {
 			groups = append(groups, group{sr: sr})
 		}
+		groups[j].tighten(&l)
 		idx = append(idx, j)
 	}
 	return n, groups, buckets, idx, nil
@@ -263,35 +266,45 @@ func (p *plan) read(key string) {
 	}
 }
 
+// tighten records limit l of the group: the smallest sliding and fixed
+// limits are the ones that decide (WindowFits only grows with the limit).
+func (g *group) tighten(l *Limit) {
+	if l.fixed() {
+		if g.fixed == 0 || l.Limit < g.fixed {
+			g.fixed = l.Limit
+		}
+	} else if g.sliding == 0 || l.Limit < g.sliding {
+		g.sliding = l.Limit
+	}
+}
+
 // fits reports whether a request of cost fits every limit of window group
 // j when its current window holds before: strategy.WindowFits, the
-// comparison every store makes.
+// comparison every store makes, against the group's tightest limits.
 func (p *plan) fits(j int, before, cost float64) bool {
 	g := &p.groups[j]
-	for i, l := range p.limits {
-		if p.idx[i] == j && !strategy.WindowFits(before, g.prev, cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
-			return false
-		}
+	if g.fixed != 0 && !strategy.WindowFits(before, g.prev, cost, g.fixed, g.sr.Size(), g.e, true) {
+		return false
 	}
-	return true
+	return g.sliding == 0 || strategy.WindowFits(before, g.prev, cost, g.sliding, g.sr.Size(), g.e, false)
 }
 
 // decide writes each limit's state, from the state the executor left, into
 // out and returns the Decision's RetryAfter.
 func (p *plan) decide(allowed bool, out []LimitState) (retry time.Duration) {
-	for i, l := range p.limits {
-		var st LimitState
+	for i := range p.limits {
+		st, l := &out[i], &p.limits[i]
 		if j := p.idx[i]; j >= 0 {
 			g := &p.groups[j]
-			st = windowLimitState(l, g.state(), g.before, p.cost, allowed)
+			ws := g.state()
+			windowLimitState(st, l, &ws, g.before, p.cost, allowed)
 		} else {
 			b := &p.buckets[-1-j]
-			bucketLimitState(&st, &l, &b.before, &b.after, p.cost, p.now, allowed)
+			bucketLimitState(st, l, &b.before, &b.after, p.cost, p.now, allowed)
 		}
 		if !st.Allowed {
 			retry = max(retry, st.RetryAfter)
 		}
-		out[i] = st
 	}
 	return retry
 }
