@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -273,5 +274,50 @@ func TestNetworkFaults(t *testing.T) {
 	t.Logf("network faults: %v admitted, %v in the store (latency 200ms, 5 lost replies, 2 resets)", total, stored)
 	if total != stored {
 		t.Fatalf("store total %v != admitted %v", stored, total)
+	}
+}
+
+// Four nodes, 32 workers, a token bucket decided in the store: at no point
+// has the cluster admitted more than the bucket allows (its capacity plus
+// what refilled since the first admission), and it admits what it allows.
+func TestSynchronousBucketNeverExceeds(t *testing.T) {
+	const (
+		rate  = 50 // per second
+		burst = 20
+	)
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			c := newCluster(t, ClusterConfig{Nodes: 4, SyncRate: namespace.Synchronous, Strategy: st.open(t), WindowSizes: []time.Duration{time.Second}})
+			res, err := Run(context.Background(), c, Load{
+				Rate: 400, Duration: 3 * time.Second, Workers: 32, Spread: Random, Seed: 11,
+				Limits: []ratelimiting.Limit{{Limit: rate, Window: time.Second, Algorithm: ratelimiting.TokenBucket, Burst: burst}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			noErrors(t, res)
+			var ts []time.Time
+			for _, d := range res.Decisions {
+				if d.Allowed {
+					ts = append(ts, d.At)
+				}
+			}
+			slices.SortFunc(ts, func(a, b time.Time) int { return a.Compare(b) })
+			if len(ts) == 0 {
+				t.Fatal("nothing admitted")
+			}
+			// Decision times are the driver's, a little after the node's
+			// clock read: 20 ms of slack.
+			for k, at := range ts {
+				if allowed := burst + rate*(at.Sub(ts[0])+20*time.Millisecond).Seconds(); float64(k+1) > allowed {
+					t.Fatalf("%d admitted by %v after the first, the bucket allows %.1f", k+1, at.Sub(ts[0]), allowed)
+				}
+			}
+			span := ts[len(ts)-1].Sub(ts[0]).Seconds()
+			if want := burst + rate*span; float64(len(ts)) < 0.9*want {
+				t.Fatalf("%d admitted over %.2fs, the bucket allows %.0f: it denies what it should admit", len(ts), span, want)
+			}
+			t.Logf("%s: %d admitted over %.2fs (bucket: %d + %d/s)", st.name, len(ts), span, burst, rate)
+		})
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/memory"
 )
 
@@ -245,4 +247,36 @@ func allowOn(t *testing.T, in *ratelimiting.Instance, cost float64, l ratelimiti
 		t.Fatalf("Allow: %v", err)
 	}
 	return d
+}
+
+// A periodic push of bucket diffs whose reply is lost is retried with the
+// same identity: the store counts the cost once, and the node's view keeps
+// it meanwhile.
+func TestPeriodicBucketPushLostReplyCountsOnce(t *testing.T) {
+	inner := memory.New()
+	store := strategytest.NewFaulty(inner)
+	clk := newClock(t0)
+	in := newInstance(t, clk)
+	mustNew(t, in, synced("ns", time.Hour, store, time.Minute))
+	l := ratelimiting.Limit{Limit: 1, Window: time.Hour, Algorithm: ratelimiting.TokenBucket, Burst: 10}
+	if d := allowOn(t, in, 4, l); !d.Allowed {
+		t.Fatal(d)
+	}
+	store.LoseReplies(1)
+	if err := in.Sync(context.Background(), "ns"); err == nil {
+		t.Fatal("Sync with a lost reply: no error")
+	}
+	if d := allowOn(t, in, 0, l); d.Limits[0].Remaining != 6 {
+		t.Fatalf("view after a lost reply: %+v, want 6 tokens", d.Limits[0])
+	}
+	if err := in.Sync(context.Background(), "ns"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := inner.GetBuckets(context.Background(), "ns", []strategy.BucketRef{{Key: "k", Kind: uint8(ratelimiting.TokenBucket), Window: time.Hour}})
+	if err != nil || len(got) != 1 || got[0].Level != 4*3_600_000 {
+		t.Fatalf("store after the retry: %+v, %v; want level %d (counted once)", got, err, 4*3_600_000)
+	}
+	if d := allowOn(t, in, 0, l); d.Limits[0].Remaining != 6 {
+		t.Fatalf("view after the retry: %+v, want 6 tokens", d.Limits[0])
+	}
 }
