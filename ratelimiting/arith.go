@@ -20,11 +20,12 @@ type windowState struct {
 	size, e   int64
 }
 
-// windowLimitState builds a window limit's LimitState from its state after
-// the decision; before is the current count before it.
+// windowLimitState writes a window limit's LimitState into out, which must
+// be zero, from its state after the decision; before is the current count
+// before it.
 func windowLimitState(out *LimitState, l *Limit, st *windowState, before, cost float64, allowed bool) {
 	fixed := l.fixed()
-	*out = LimitState{Limit: *l, Rate: st.cur}
+	out.Limit, out.Rate = *l, st.cur
 	if !fixed {
 		out.Rate += st.prev * weight(st.e, 0, st.size)
 	}
@@ -111,13 +112,13 @@ func (b bucketState) level(t int64) float64 {
 	return l
 }
 
-// bucketLimitState builds a bucket limit's LimitState at now: before is the
-// state the request was judged on, after the state once counted (the same
-// when it was not).
+// bucketLimitState writes a bucket limit's LimitState at now into out,
+// which must be zero: before is the state the request was judged on, after
+// the state once counted (the same when it was not).
 func bucketLimitState(out *LimitState, l *Limit, before, after *bucketState, cost float64, now int64, allowed bool) {
 	burst, w := l.burst(), float64(after.window)
 	lvl := after.level(now)
-	*out = LimitState{Limit: *l, Rate: lvl / w}
+	out.Limit, out.Rate = *l, lvl/w
 	out.Remaining = bucketRemaining(lvl, burst, after.window)
 	if lvl > 0 {
 		out.Reset = ms(after.emptyIn(now, lvl))

@@ -91,9 +91,8 @@ func (in *Instance) Check(ctx context.Context, req Request) (Decision, error) {
 // AllowOne decides a request of cost against one limit, as Allow does, and
 // returns that limit's state, whose Allowed is the decision. It allocates
 // nothing on an existing key: the hot path of a single limit.
-func (in *Instance) AllowOne(ctx context.Context, ns, key string, cost float64, limit Limit) (LimitState, error) {
+func (in *Instance) AllowOne(ctx context.Context, ns, key string, cost float64, limit Limit) (st LimitState, err error) {
 	if limit.Algorithm.bucket() {
-		var st LimitState
 		if ok, err := in.allowBucket(&st, ns, key, cost, &limit); ok || err != nil {
 			return st, err
 		}

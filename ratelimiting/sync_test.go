@@ -180,7 +180,10 @@ func TestSynchronousCountsLocallyWhileTheStoreIsDown(t *testing.T) {
 
 func TestSynchronousCoalescesConcurrentHits(t *testing.T) {
 	clk := newClock(t0)
-	store := strategytest.NewFaulty(memory.New())
+	// Each store call takes 1 ms, as a network round trip would: the hits
+	// that arrive meanwhile queue, so coalescing does not hang on how the
+	// goroutines happen to be scheduled.
+	store := strategytest.NewFaulty(strategytest.NewLateReply(memory.New(), time.Millisecond))
 	in := newInstance(t, clk)
 	mustNew(t, in, synced("ns", namespace.Synchronous, store, time.Minute))
 	var wg sync.WaitGroup
