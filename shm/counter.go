@@ -115,17 +115,10 @@ func (c *Counter) add(v float64) (after float64, wasZero, alive bool) {
 	}
 }
 
-// addIfAtMost adds v to diff only when sync + diff + v <= ceiling, judged on
-// the counter's value at the instant of the add. It returns the value
-// before, whether it added, whether the counter must be listed as dirty (its
-// diff went from zero to non-zero), and alive=false when the counter is
-// dead.
-func (c *Counter) addIfAtMost(v, ceiling float64) (before float64, added, list, alive bool) {
-	return c.addIf(v, func(before float64) bool { return before+v <= ceiling })
-}
-
 // addIf adds v to diff only when fits(the counter's value), judged on the
-// value at the instant of the add; otherwise as addIfAtMost.
+// value at the instant of the add. It returns the value before, whether it
+// added, whether the counter must be listed as dirty (its diff went from
+// zero to non-zero), and alive=false when the counter is dead.
 func (c *Counter) addIf(v float64, fits func(before float64) bool) (before float64, added, list, alive bool) {
 	for {
 		old := c.loadDiff()
