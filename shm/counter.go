@@ -25,7 +25,7 @@ const taking uint64 = 0x7ff8_7a4e_0000_0001
 // change one at a time, and the only change that must touch both, take's
 // move of diff into sync, marks diff while it runs. An add is one CAS on
 // diff; it checks that sync did not change around it, so the value it
-// returns (and the value addIfAtMost judges) is that of the instant of its
+// returns (and the value addIf judges) is that of the instant of its
 // CAS.
 //
 // A Counter is safe for concurrent use. Its zero value is a live counter of
