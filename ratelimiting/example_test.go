@@ -163,3 +163,29 @@ func ExampleInstance_Sync() {
 	// node-a 7
 	// node-b 7
 }
+
+// A token bucket: 10 per minute, bursts of up to 3. Three requests pass at
+// once; the fourth waits for one token, 6 s.
+func ExampleInstance_AllowOne() {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	in := ratelimiting.NewInstance("buckets", ratelimiting.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	defer in.Close(ctx)
+	if err := in.New(namespace.Config{Name: "api", SyncRate: namespace.LocalOnly, WindowSizes: []time.Duration{time.Minute}}); err != nil {
+		panic(err)
+	}
+	tb := ratelimiting.Limit{Limit: 10, Window: time.Minute, Algorithm: ratelimiting.TokenBucket, Burst: 3}
+	for range 4 {
+		st, _ := in.AllowOne(ctx, "api", "user:42", 1, tb)
+		fmt.Println(st.Allowed, st.Remaining, st.RetryAfter, st.Reset)
+	}
+	now = now.Add(6 * time.Second)
+	st, _ := in.AllowOne(ctx, "api", "user:42", 1, tb)
+	fmt.Println(st.Allowed, st.Remaining)
+	// Output:
+	// true 2 0s 6s
+	// true 1 0s 12s
+	// true 0 0s 18s
+	// false 0 6s 18s
+	// true 0
+}
