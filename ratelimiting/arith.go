@@ -126,7 +126,7 @@ func bucketLimitState(out *LimitState, l *Limit, before, after *bucketState, cos
 	out.Allowed = allowed || strategy.BucketFits(before.level(now), cost, burst, before.window)
 	if !out.Allowed {
 		need := before.level(now) + cost*w - burst*w
-		out.RetryAfter = ms(firstMs(now, func(t int64) bool { return strategy.BucketFits(before.level(t), cost, burst, before.window) }, int64(math.Ceil(need/before.rate))))
+		out.RetryAfter = ms(firstMs(now, func(t int64) bool { return strategy.BucketFits(before.level(t), cost, burst, before.window) }, msGuess(need/before.rate)))
 	}
 }
 
@@ -146,7 +146,7 @@ func bucketRemaining(lvl, burst float64, window int64) float64 {
 // emptyIn returns the least d at which the bucket, at level lvl at now,
 // is empty: level(now + d) == 0.
 func (b bucketState) emptyIn(now int64, lvl float64) int64 {
-	d := int64(math.Ceil(lvl / b.rate))
+	d := msGuess(lvl / b.rate)
 	if d > 0 && b.level(now+d-1) == 0 {
 		return firstMs(now, func(t int64) bool { return b.level(t) == 0 }, d)
 	}
@@ -156,15 +156,30 @@ func (b bucketState) emptyIn(now int64, lvl float64) int64 {
 	return firstMs(now, func(t int64) bool { return b.level(t) == 0 }, d)
 }
 
-// firstMs returns the least d >= 0 such that ok(now + d), where ok never
-// turns false again as time passes; guess is close to it.
+// firstMs returns the least d in [0, maxMs] such that ok(now + d), where
+// ok never turns false again as time passes (maxMs when it never holds
+// that soon); guess is close to it.
 func firstMs(now int64, ok func(int64) bool, guess int64) int64 {
-	d := max(0, guess)
-	for d > 0 && ok(now+d-1) {
+	d := min(max(0, guess), maxMs)
+	for i := 0; i < 64 && d > 0 && ok(now+d-1); i++ {
 		d--
 	}
-	for step := int64(1); !ok(now + d); step *= 2 { // a far-off guess: gallop, then search back
+	if d > 0 && ok(now+d-1) { // far below the guess: search down
+		lo := int64(-1)
+		for lo+1 < d {
+			if mid := lo + (d-lo)/2; mid >= 0 && ok(now+mid) {
+				d = mid
+			} else {
+				lo = mid
+			}
+		}
+		return d
+	}
+	for step := int64(1); !ok(now + d); step *= 2 { // far above: gallop, then search back
 		lo := d
+		if d >= maxMs-step {
+			return maxMs
+		}
 		d += step
 		if ok(now + d) {
 			for lo+1 < d {
@@ -180,4 +195,24 @@ func firstMs(now int64, ok func(int64) bool, guess int64) int64 {
 	return d
 }
 
-func ms(v int64) time.Duration { return time.Duration(v) * time.Millisecond }
+// maxMs is the most milliseconds a time.Duration holds.
+const maxMs = math.MaxInt64 / int64(time.Millisecond)
+
+// ms returns v milliseconds, saturated at the longest time.Duration.
+func ms(v int64) time.Duration {
+	if v >= maxMs {
+		return math.MaxInt64
+	}
+	return time.Duration(v) * time.Millisecond
+}
+
+// msGuess returns ceil(v) as whole milliseconds, within [0, maxMs].
+func msGuess(v float64) int64 {
+	switch {
+	case !(v > 0): // NaN too
+		return 0
+	case v >= float64(maxMs):
+		return maxMs
+	}
+	return int64(math.Ceil(v))
+}

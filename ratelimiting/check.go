@@ -318,9 +318,7 @@ func (p *plan) refund(key string) {
 	}
 	for i := range p.buckets {
 		if b := &p.buckets[i]; b.counted {
-			if bk := b.t.Get(key, b.rate, p.now); bk != nil {
-				b.t.Refund(bk, p.cost)
-			}
+			b.t.Refund(key, p.cost)
 			b.after, b.counted = b.before, false
 		}
 	}

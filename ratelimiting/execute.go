@@ -40,6 +40,20 @@ func (in *Instance) checkLocal(p *plan, key string) bool {
 		}
 		ok = added
 	}
+	if ok && len(p.buckets) > 1 {
+		// Buckets go last, each judged before any is taken: a refund of a
+		// bucket whose cost the syncer took meanwhile would leave the cost
+		// counted in the store, so refunds of buckets are kept to the rare
+		// bucket that a sync filled between this judgement and its take.
+		for i := range p.buckets {
+			p.readBucket(&p.buckets[i], key)
+			ok = ok && p.buckets[i].passable
+		}
+		if !ok {
+			p.refund(key)
+			return false
+		}
+	}
 	for i := range p.buckets {
 		b := &p.buckets[i]
 		if !ok {
@@ -51,10 +65,6 @@ func (in *Instance) checkLocal(p *plan, key string) bool {
 	if !ok {
 		p.refund(key)
 		return false
-	}
-	for i := range p.buckets {
-		b := &p.buckets[i]
-		b.t.AddPending(key, p.cost, b.rate, p.now)
 	}
 	return true
 }
@@ -125,7 +135,7 @@ func (b *bgroup) take(key string, cost float64, now int64) bool {
 		if b.passable = strategy.BucketFits(level, cost, b.burst, st.window); !b.passable {
 			return false
 		}
-		if nw, ok := b.t.Add(bk, word, cost, now); ok {
+		if nw, ok := b.t.Take(bk, key, word, cost, now); ok {
 			b.after.base, b.counted = math.Float64frombits(nw), true
 			return true
 		}
@@ -159,12 +169,12 @@ func (in *Instance) allowBucket(out *LimitState, name, key string, cost float64,
 	if cost == 0 {
 		b.read(key, 0, now)
 		allowed = b.passable
-	} else if allowed = b.take(key, cost, now); allowed {
-		b.t.AddPending(key, cost, b.rate, now)
+	} else {
+		allowed = b.take(key, cost, now)
 	}
 	if n.closed() {
 		if b.counted {
-			b.t.Refund(b.t.Get(key, b.rate, now), cost)
+			b.t.Refund(key, cost)
 		}
 		return true, ErrClosed
 	}

@@ -149,7 +149,7 @@ func (n *ns) bucketTable(kind uint8, window time.Duration, now int64) *shm.Bucke
 			}
 		}
 	}
-	t := n.dict.Buckets(n.cfg.Name, kind, window, n.cfg.Local(), now)
+	t := n.dict.Buckets(n.cfg.Name, kind, window, n.cfg.Local(), now, func() bool { return !n.closed() })
 	for {
 		old := n.tables.Load()
 		var ts []*shm.Buckets

@@ -151,6 +151,9 @@ func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 	case l.Algorithm.bucket() && penalty:
 		return bad("algorithm", l.Algorithm.String(), "a bucket cannot count denied requests: drop penalty, or use a window algorithm")
 	}
+	if fill := l.burst() / l.Limit * float64(l.Window); l.Algorithm.bucket() && !(fill <= float64(namespace.MaxWindowSize)) {
+		return bad("burst", fmt.Sprint(l.Burst), fmt.Sprintf("must let the bucket refill from empty within %v: burst / limit × window is %v", namespace.MaxWindowSize, time.Duration(min(fill, math.MaxInt64))))
+	}
 	if c := l.burst(); l.Algorithm.bucket() && cost > c {
 		field := limitField(i, "burst")
 		if l.Burst == 0 {

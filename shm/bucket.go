@@ -34,7 +34,15 @@ import (
 // this node and not yet handed to the syncer, dated by its first hit
 // (Pending); the syncer takes it (TakePending) and, after a store read or
 // decision, sets the bucket's level to the store's view plus what is still
-// pending (Install).
+// pending (Install). There a change of the word and of the pending cost is
+// one step: the word is marked busy while both change (a few atomic
+// operations; readers wait for it, as for a Counter's take), so that Install
+// never reads a pending cost that the word does not show, or the other way
+// round. Local-only tables keep no pending cost and never mark a word.
+//
+// Accounting: a table counts its buckets with a retired bit, as a Window
+// does: once RemoveNamespace retires the table, buckets made or dropped in
+// it by calls that raced the removal no longer change the dict's total.
 type Buckets struct {
 	dict   *Dict
 	ns     string
@@ -43,6 +51,7 @@ type Buckets struct {
 	epoch  int64 // ms
 	local  atomic.Bool
 	m      *xsync.MapOf[string, *Bucket]
+	count  atomic.Int64 // buckets in m, with retiredBit once retired
 
 	pendMu  sync.Mutex                     // serializes TakePending
 	pending *xsync.MapOf[string, *Pending] // unpushed cost per key
@@ -54,6 +63,16 @@ type Bucket struct {
 	x    atomic.Uint64 // float64 bits; dead once removed or replaced
 	rate float64       // the rate x is scaled by; set once
 }
+
+// busy is the word of a bucket of a syncing table while a decision or
+// Install changes the word and the pending cost together: a NaN payload, as
+// dead is.
+const busy uint64 = 0x7ff8_b05e_0000_0001
+
+// epochLead is how far before a table's first use its epoch is set: a
+// clock stepped back by less than this still reads levels the way the
+// stores do.
+const epochLead = 24 * 60 * 60 * 1000
 
 // Pending is cost taken on this node and not yet pushed: u holds its float64
 // bits (dead once the syncer took it), at the first hit's time.
@@ -70,9 +89,12 @@ type bucketsKey struct {
 }
 
 // Buckets returns the bucket table of namespace ns, kind and window (whole
-// milliseconds), creating it when needed, with now as its epoch and local
-// as its SetLocal. Lookups of an existing table take no lock.
-func (d *Dict) Buckets(ns string, kind uint8, window time.Duration, local bool, now int64) *Buckets {
+// milliseconds), creating it when needed, with its epoch a day before now
+// and local as its SetLocal. Lookups of an existing table take no lock. A
+// table is made only while live() holds (checked under the dict's lock,
+// which RemoveNamespace takes too); otherwise the table returned is retired
+// and belongs to no one: the namespace is going away.
+func (d *Dict) Buckets(ns string, kind uint8, window time.Duration, local bool, now int64, live func() bool) *Buckets {
 	k := bucketsKey{ns, kind, window.Milliseconds()}
 	if m := d.btabs.Load(); m != nil {
 		if t, ok := (*m)[k]; ok {
@@ -85,10 +107,14 @@ func (d *Dict) Buckets(ns string, kind uint8, window time.Duration, local bool, 
 		return t
 	}
 	t := &Buckets{
-		dict: d, ns: ns, kind: kind, window: k.window, epoch: now,
+		dict: d, ns: ns, kind: kind, window: k.window, epoch: now - epochLead,
 		m: xsync.NewMapOf[string, *Bucket](), pending: xsync.NewMapOf[string, *Pending](),
 	}
 	t.local.Store(local)
+	if !live() {
+		t.count.Store(retiredBit)
+		return t
+	}
 	if d.buckets == nil {
 		d.buckets = make(map[bucketsKey]*Buckets)
 	}
@@ -157,11 +183,11 @@ func (t *Buckets) Get(key string, rate float64, now int64) *Bucket {
 			nb := &Bucket{rate: rate}
 			nb.x.Store(math.Float64bits(t.floor(now, rate)))
 			if b, ok = t.m.LoadOrStore(key, nb); !ok {
-				t.dict.entries.Add(1)
+				t.added(1)
 				return nb
 			}
 		}
-		switch x := b.x.Load(); {
+		switch x := load(b); {
 		case x == dead:
 			runtime.Gosched() // removed or being replaced: look again
 		case b.rate == rate:
@@ -172,10 +198,30 @@ func (t *Buckets) Get(key string, rate float64, now int64) *Bucket {
 	}
 }
 
+// added counts n buckets made (n > 0) or dropped (n < 0) in the table, and
+// in the dict while the table is not retired.
+func (t *Buckets) added(n int64) {
+	if t.count.Add(n)&retiredBit == 0 {
+		t.dict.entries.Add(n)
+	}
+}
+
+// load returns b's word once no change is marking it busy.
+func load(b *Bucket) uint64 {
+	for i := 0; ; i++ {
+		if x := b.x.Load(); x != busy {
+			return x
+		}
+		if i >= 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
 // replace swaps b, key's bucket, for one at rate holding the same level at
 // now.
 func (t *Buckets) replace(key string, b *Bucket, rate float64, now int64) {
-	x := b.x.Load()
+	x := load(b)
 	if x == dead || !b.x.CompareAndSwap(x, dead) {
 		return
 	}
@@ -188,21 +234,30 @@ func (t *Buckets) replace(key string, b *Bucket, rate float64, now int64) {
 // Level returns the bucket's word and its level at now; alive is false when
 // the bucket was removed or replaced (Get it again).
 func (t *Buckets) Level(b *Bucket, now int64) (word uint64, level float64, alive bool) {
-	x := b.x.Load()
+	x := load(b)
 	if x == dead {
 		return x, 0, false
 	}
 	return x, max(0, math.Float64frombits(x)-t.floor(now, b.rate)), true
 }
 
-// Add adds cost to the bucket at now if its word is still word (from
-// Level): x = max(x, floor(now)) + cost * window. It returns the new word
-// and whether it set it; when not, the caller reads the level again and
-// decides again.
-func (t *Buckets) Add(b *Bucket, word uint64, cost float64, now int64) (uint64, bool) {
+// Take adds cost, taken by key's request at rate, to the bucket at now if
+// its word is still word (from Level): x = max(x, floor(now)) + cost *
+// window, and, in a table that syncs, the cost to key's pending cost in the
+// same step. It returns the new word and whether it set it; when not, the
+// caller reads the level again and decides again.
+func (t *Buckets) Take(b *Bucket, key string, word uint64, cost float64, now int64) (uint64, bool) {
 	x := math.Float64frombits(word)
 	nx := math.Float64bits(max(x, t.floor(now, b.rate)) + float64(cost*float64(t.window)))
-	return nx, b.x.CompareAndSwap(word, nx)
+	if t.local.Load() || cost == 0 {
+		return nx, b.x.CompareAndSwap(word, nx)
+	}
+	if !b.x.CompareAndSwap(word, busy) {
+		return 0, false
+	}
+	t.addPending(key, cost, b.rate, now)
+	b.x.Store(nx)
+	return nx, true
 }
 
 // Epoch returns the table's epoch, Unix ms: a bucket's word w holds the
@@ -212,26 +267,41 @@ func (t *Buckets) Epoch() int64 { return t.epoch }
 // Rate returns the rate the bucket's word is scaled by.
 func (b *Bucket) Rate() float64 { return b.rate }
 
-// Refund takes back cost added by Add: the request it belonged to was
-// denied by another limit.
-func (t *Buckets) Refund(b *Bucket, cost float64) {
+// Refund takes back cost that key's request took (Take): the request was
+// denied by another limit. It goes to whatever bucket key holds now (a rate
+// change carries the level over to a new one). In a table that syncs, the
+// pending cost is taken back too, unless the syncer has taken it already:
+// then the store counts the cost (at most over, never under).
+func (t *Buckets) Refund(key string, cost float64) {
+	add := float64(cost * float64(t.window))
 	for {
-		x := b.x.Load()
+		b, ok := t.m.Load(key)
+		if !ok {
+			return // expired: empty, and stays so
+		}
+		x := load(b)
 		if x == dead {
-			return // removed meanwhile: it was empty, and stays so
+			runtime.Gosched() // being replaced or removed: look again
+			continue
 		}
-		if b.x.CompareAndSwap(x, math.Float64bits(math.Float64frombits(x)-float64(cost*float64(t.window)))) {
-			return
+		nx := math.Float64bits(math.Float64frombits(x) - add)
+		if t.local.Load() {
+			if b.x.CompareAndSwap(x, nx) {
+				return
+			}
+			continue
 		}
+		if !b.x.CompareAndSwap(x, busy) {
+			continue
+		}
+		t.subPending(key, cost)
+		b.x.Store(nx)
+		return
 	}
 }
 
-// AddPending records cost taken at now for the syncer, unless the table is
-// local-only.
-func (t *Buckets) AddPending(key string, cost float64, rate float64, now int64) {
-	if t.local.Load() || cost == 0 {
-		return
-	}
+// addPending records cost taken at now for the syncer.
+func (t *Buckets) addPending(key string, cost float64, rate float64, now int64) {
 	for {
 		p, ok := t.pending.Load(key)
 		if !ok {
@@ -248,6 +318,21 @@ func (t *Buckets) AddPending(key string, cost float64, rate float64, now int64) 
 			continue
 		}
 		if p.u.CompareAndSwap(u, math.Float64bits(math.Float64frombits(u)+cost)) {
+			return
+		}
+	}
+}
+
+// subPending takes cost back from key's pending cost, if the syncer has
+// not taken it.
+func (t *Buckets) subPending(key string, cost float64) {
+	p, ok := t.pending.Load(key)
+	if !ok {
+		return
+	}
+	for {
+		u := p.u.Load()
+		if u == dead || p.u.CompareAndSwap(u, math.Float64bits(math.Float64frombits(u)-cost)) {
 			return
 		}
 	}
@@ -292,22 +377,27 @@ func (t *Buckets) TakePending(key string, fn func(key string, at int64, cost, ra
 	t.pending.Range(take)
 }
 
-// Install sets key's bucket, if this node holds it, to level at now (the
-// store's view plus what is pending), at the bucket's rate. A decision racing
-// it reads the new level and decides again.
-func (t *Buckets) Install(key string, level float64, now int64) {
+// Install sets key's bucket, if this node holds it, to the level that
+// levelOf returns at now, given what is pending for key (its cost, first
+// hit and rate; zeros when nothing is): the store's view plus that. Pending
+// cost and word are read and set in one step (see Buckets), so a cost taken
+// meanwhile is either in both or in neither.
+func (t *Buckets) Install(key string, now int64, levelOf func(cost float64, at int64, rate float64) float64) {
 	b, ok := t.m.Load(key)
 	if !ok {
 		return
 	}
 	for {
-		x := b.x.Load()
+		x := load(b)
 		if x == dead {
 			return
 		}
-		if b.x.CompareAndSwap(x, math.Float64bits(t.floor(now, b.rate)+level)) {
-			return
+		if !b.x.CompareAndSwap(x, busy) {
+			continue
 		}
+		level := levelOf(t.PendingOf(key))
+		b.x.Store(math.Float64bits(t.floor(now, b.rate) + level))
+		return
 	}
 }
 
@@ -339,7 +429,7 @@ func (t *Buckets) Expire(now int64) int {
 	n := 0
 	t.m.Range(func(k string, b *Bucket) bool {
 		x := b.x.Load()
-		if x == dead || math.Float64frombits(x) > t.floor(now, b.rate) {
+		if x == dead || x == busy || math.Float64frombits(x) > t.floor(now, b.rate) {
 			return true
 		}
 		if _, ok := t.pending.Load(k); ok {
@@ -349,7 +439,7 @@ func (t *Buckets) Expire(now int64) int {
 			t.m.Compute(k, func(old *Bucket, loaded bool) (*Bucket, bool) {
 				return old, !loaded || old == b
 			})
-			t.dict.entries.Add(-1)
+			t.added(-1)
 			t.dict.expired.Add(1)
 			n++
 		}
@@ -358,11 +448,19 @@ func (t *Buckets) Expire(now int64) int {
 	return n
 }
 
-// removeAll drops every bucket of the table.
+// removeAll retires the table and drops every bucket of it: the dict's
+// total loses the table's count once, and buckets made or dropped later by
+// calls that raced the removal no longer change it.
 func (t *Buckets) removeAll() {
+	if old := t.count.Or(retiredBit); old&retiredBit == 0 {
+		t.dict.entries.Add(-old)
+	}
 	t.m.Range(func(k string, b *Bucket) bool {
-		if b.x.Swap(dead) != dead {
-			t.dict.entries.Add(-1)
+		for {
+			x := load(b)
+			if x == dead || b.x.CompareAndSwap(x, dead) {
+				break
+			}
 		}
 		t.m.Delete(k)
 		return true

@@ -37,27 +37,28 @@ func (s *Syncer) installBucket(t *shm.Buckets, key string, st strategy.BucketSta
 			}
 		}
 	}
-	if cost, at, r := t.PendingOf(key); cost != 0 {
-		st = strategy.BucketAdd(st, r, cost, w, at)
-	}
-	t.Install(key, strategy.BucketLevel(st, rate, now), now)
+	t.Install(key, now, func(cost float64, at int64, r float64) float64 {
+		if cost != 0 {
+			st = strategy.BucketAdd(st, r, cost, w, at)
+		}
+		return strategy.BucketLevel(st, rate, now)
+	})
 }
 
 // fetchBuckets reads every bucket the node holds and installs it (see
 // installBucket); buckets the store does not hold are empty there. It
-// returns the buckets read.
+// returns the buckets read. With a store that keeps no buckets (a namespace
+// moved to one by Reconfigure: it takes no new bucket limit) the buckets
+// held are left to drain on this node, and their pending cost is not pushed.
 func (s *Syncer) fetchBuckets(ctx context.Context, c *conf, now int64) (int, error) {
-	if c.Buckets == nil {
+	if c.Buckets == nil || !c.buckets {
 		return 0, nil
 	}
-	bs, ok := c.Strategy.(strategy.BucketStore)
+	bs := c.Strategy.(strategy.BucketStore)
 	n := 0
 	for _, t := range c.Buckets() {
 		if t.Len() == 0 {
 			continue
-		}
-		if !ok {
-			return n, fmt.Errorf("syncer: namespace %q: its store does not keep buckets", c.Namespace)
 		}
 		window := time.Duration(t.Window()) * time.Millisecond
 		var refs []strategy.BucketRef

@@ -112,7 +112,7 @@ func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window
 	var diffs []strategy.Diff
 	var buckets []strategy.BucketDiff
 	for i, t := range tables {
-		if t != nil && !slices.Contains(tables[:i], t) {
+		if t != nil && c.buckets && !slices.Contains(tables[:i], t) {
 			buckets = takePending(c, t, key, buckets)
 		}
 	}

@@ -156,7 +156,7 @@ func (s *Syncer) takeBatch(c *conf) *strategy.Batch {
 		})
 	}
 	var buckets []strategy.BucketDiff
-	if c.Buckets != nil {
+	if c.Buckets != nil && c.buckets {
 		for _, t := range c.Buckets() {
 			buckets = takePending(c, t, "", buckets)
 		}

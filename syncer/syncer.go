@@ -54,6 +54,7 @@ type conf struct {
 	retired  []*shm.Series // series a Reconfigure dropped, pushed until empty
 	pushing  []*shm.Series // Series, then retired: the series whose diffs are pushed
 	canCheck bool          // the strategy is a strategy.Checker
+	buckets  bool          // the strategy keeps buckets (strategy.BucketStore)
 }
 
 func newConf(cfg Config, retired []*shm.Series) *conf {
@@ -78,6 +79,7 @@ func newConf(cfg Config, retired []*shm.Series) *conf {
 		c.pushing = append(slices.Clone(cfg.Series), retired...)
 	}
 	_, c.canCheck = cfg.Strategy.(strategy.Checker)
+	_, c.buckets = cfg.Strategy.(strategy.BucketStore)
 	return c
 }
 
