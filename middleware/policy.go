@@ -35,7 +35,8 @@ func (e *PolicyError) Error() string {
 //   - a bucket (TokenBucket, LeakyBucket) over a window of whole
 //     milliseconds, at most namespace.MaxWindowSize (the namespace's window
 //     sizes do not apply), with a Burst that is finite and not negative (0
-//     means Limit), not Fixed, not with Penalty, on a namespace whose store
+//     means Limit) and lets the bucket refill from empty within
+//     namespace.MaxWindowSize (Burst / Limit × Window), not Fixed, not with Penalty, on a namespace whose store
 //     keeps buckets (strategy.BucketStore; a synchronous one also a
 //     strategy.Checker); bucket limits of one algorithm and window share
 //     one bucket, so they must have one Limit;
@@ -139,8 +140,16 @@ func (v *policyCheck) bucketLimit(i int, l ratelimiting.Limit, limitOK, penalty 
 	if !burstOK {
 		v.bad(field+".Burst", key+".burst", fmt.Sprint(l.Burst), "must be a finite number >= 0 (0 means the limit)")
 	}
-	if l.Window <= 0 || l.Window%time.Millisecond != 0 || l.Window > namespace.MaxWindowSize {
+	windowOK := l.Window > 0 && l.Window%time.Millisecond == 0 && l.Window <= namespace.MaxWindowSize
+	if !windowOK {
 		v.bad(field+".Window", key+".window", FormatWindow(l.Window), fmt.Sprintf("must be whole milliseconds, > 0 and at most %s", FormatWindow(namespace.MaxWindowSize)))
+	}
+	capacity := l.Burst
+	if capacity == 0 {
+		capacity = l.Limit
+	}
+	if fill := capacity / l.Limit * float64(l.Window); burstOK && limitOK && windowOK && !(fill <= float64(namespace.MaxWindowSize)) {
+		v.bad(field+".Burst", key+".burst", fmt.Sprint(l.Burst), fmt.Sprintf("must let the bucket refill from empty within %s: burst / limit × window is longer", FormatWindow(namespace.MaxWindowSize)))
 	}
 	switch {
 	case !v.costOK:

@@ -358,6 +358,12 @@ policies:
     limits:
       - {limit: 10, window: 876001h, type: leaky_bucket}
 `, `5: policies[0].limits[0].window: "876001h": must be whole milliseconds, > 0 and at most 876000h`},
+		{"bucket too slow to refill", `
+policies:
+  - name: api
+    limits:
+      - {limit: 1, window: 876000h, type: token_bucket, burst: 2}
+`, `5: policies[0].limits[0].burst: "2": must let the bucket refill from empty within 876000h: burst / limit × window is longer`},
 		{"bucket with penalty", `
 policies:
   - name: api
