@@ -227,34 +227,7 @@ func TestScriptsMatchSequentialIncrements(t *testing.T) {
 // commandCalls returns the commands Redis ran during run, from INFO
 // commandstats of c's server (reset first), with "increments" for HINCRBY
 // and HINCRBYFLOAT together.
-func commandCalls(t *testing.T, c *goredis.Client, run func() error) map[string]int {
-	t.Helper()
-	ctx := context.Background()
-	if err := c.ConfigResetStat(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := run(); err != nil {
-		t.Fatal(err)
-	}
-	info, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(map[string]int)
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		n, _, _ := strings.Cut(rest, ",")
-		got[strings.TrimPrefix(name, "cmdstat_")], _ = strconv.Atoi(n)
-	}
-	delete(got, "info")
-	delete(got, "config|resetstat")
-	// Integer increments go with HINCRBY, others with HINCRBYFLOAT.
-	got["increments"] = got["hincrby"] + got["hincrbyfloat"]
-	return got
-}
+var commandCalls = redis.CommandCalls
 
 func slicesMin(vs []float64) float64 {
 	m := math.Inf(1)
