@@ -99,18 +99,8 @@ type bucketState struct {
 	window int64 // ms
 }
 
-// level is strategy.BucketLevel of the state at t.
-func (b bucketState) level(t int64) float64 {
-	elapsed := t - b.origin
-	if elapsed < 0 {
-		elapsed = 0
-	}
-	l := b.base - float64(float64(elapsed)*b.rate)
-	if l < 0 {
-		return 0
-	}
-	return l
-}
+// level is the state's level at t (strategy.LevelAt).
+func (b bucketState) level(t int64) float64 { return strategy.LevelAt(b.base, b.origin, b.rate, t) }
 
 // bucketLimitState writes a bucket limit's LimitState at now into out,
 // which must be zero: before is the state the request was judged on, after

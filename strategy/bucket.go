@@ -24,11 +24,16 @@ import (
 // BucketLevel returns the bucket's level at now: Level less what drained
 // since At, at least 0. A clock behind At drains nothing.
 func BucketLevel(b BucketState, rate float64, now int64) float64 {
-	elapsed := now - b.At
+	return LevelAt(b.Level, b.At, rate, now)
+}
+
+// LevelAt is BucketLevel of a bucket at level at instant at (Unix ms).
+func LevelAt(level float64, at int64, rate float64, now int64) float64 {
+	elapsed := now - at
 	if elapsed < 0 {
 		elapsed = 0
 	}
-	l := b.Level - float64(float64(elapsed)*rate)
+	l := level - float64(float64(elapsed)*rate)
 	if l < 0 {
 		return 0
 	}
