@@ -230,7 +230,6 @@ var Windows = []time.Duration{250 * time.Millisecond, time.Second, time.Minute}
 // up to a quarter window.
 func Trace(r *rand.Rand, n int) []Step {
 	var limits []Limit
-	usedW := map[time.Duration]bool{}
 	usedB := map[bucketKey]bool{}
 	for range 1 + r.IntN(3) {
 		l := Limit{Kind: Kind(r.IntN(4)), Window: Windows[r.IntN(len(Windows))], Limit: float64(1+r.IntN(40)) / 4 * float64(1+r.IntN(4))}
@@ -243,8 +242,6 @@ func Trace(r *rand.Rand, n int) []Step {
 			if r.IntN(2) == 0 {
 				l.Burst = float64(4+r.IntN(40)) / 4
 			}
-		} else {
-			usedW[l.Window] = true
 		}
 		limits = append(limits, l)
 	}

@@ -71,13 +71,15 @@ var bucketCases = []suiteCase{
 			push(t, s, strategy.Batch{Node: "seed" + ns, Seq: 1, Diffs: []strategy.Diff{
 				diff(ns, "k", start.Add(-c.size), c.size, c.prev), diff(ns, "k", start, c.size, c.cu),
 			}})
-			chk := strategy.Check{Namespace: ns, Key: "k", Cost: 1, Now: start.Add(c.in), Limits: []strategy.CheckLimit{{WindowSize: c.size, Limit: c.limit}}}
-			if r := checkOne(t, ck, "n"+ns, 1, chk); !r.Allowed {
-				t.Errorf("case %d: a request that fits exactly was denied: %+v", i, r)
+			// 1 ms earlier the previous window weighs more: the same request
+			// is over the limit, and counts nothing.
+			chk := strategy.Check{Namespace: ns, Key: "k", Cost: 1, Now: start.Add(c.in - time.Millisecond), Limits: []strategy.CheckLimit{{WindowSize: c.size, Limit: c.limit}}}
+			if r := checkOne(t, ck, "n"+ns, 1, chk); r.Allowed {
+				t.Errorf("case %d: a request 1 ms before it fits passed: %+v", i, r)
 			}
-			chk.Now = chk.Now.Add(-time.Millisecond) // now it is 1 over... but 1 ms earlier the weight is higher
-			if r := checkOne(t, ck, "n"+ns, 2, chk); r.Allowed {
-				t.Errorf("case %d: a request over the limit passed: %+v", i, r)
+			chk.Now = start.Add(c.in)
+			if r := checkOne(t, ck, "n"+ns, 2, chk); !r.Allowed {
+				t.Errorf("case %d: a request that fits exactly was denied: %+v", i, r)
 			}
 		}
 	}},
