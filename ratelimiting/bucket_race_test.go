@@ -175,18 +175,18 @@ func TestBucketClockSteppedBack(t *testing.T) {
 	in := newInstance(t, clk)
 	mustNew(t, in, local("ns", time.Minute))
 	l := ratelimiting.Limit{Limit: 10, Window: time.Second, Algorithm: ratelimiting.TokenBucket}
-	allowKey(t, in, "k", 8, l)
+	allow(t, in, "ns", "k", 8, l)
 	clk.Advance(-500 * time.Millisecond)
-	d := allowKey(t, in, "k", 5, l)
+	d := allow(t, in, "ns", "k", 5, l)
 	if d.Allowed || d.Limits[0].Allowed || d.RetryAfter != d.Limits[0].RetryAfter || d.RetryAfter <= 0 {
 		t.Fatalf("denied after the clock went back: %+v", d)
 	}
 	clk.Advance(d.RetryAfter - time.Millisecond)
-	if d2 := allowKey(t, in, "k", 0, ratelimiting.Limit{Limit: 10, Window: time.Second, Algorithm: ratelimiting.TokenBucket}); d2.Limits[0].Remaining >= 5 {
+	if d2 := allow(t, in, "ns", "k", 0, ratelimiting.Limit{Limit: 10, Window: time.Second, Algorithm: ratelimiting.TokenBucket}); d2.Limits[0].Remaining >= 5 {
 		t.Fatalf("1 ms before RetryAfter: %+v, want fewer than 5 tokens", d2)
 	}
 	clk.Advance(time.Millisecond)
-	if d3 := allowKey(t, in, "k", 5, l); !d3.Allowed {
+	if d3 := allow(t, in, "ns", "k", 5, l); !d3.Allowed {
 		t.Fatalf("at RetryAfter: %+v", d3)
 	}
 }

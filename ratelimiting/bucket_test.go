@@ -16,27 +16,18 @@ import (
 	"github.com/ratesync/ratesync/strategy/memory"
 )
 
-func allowKey(t *testing.T, in *ratelimiting.Instance, key string, cost float64, limits ...ratelimiting.Limit) ratelimiting.Decision {
-	t.Helper()
-	d, err := in.Allow(context.Background(), "ns", key, cost, limits...)
-	if err != nil {
-		t.Fatalf("Allow: %v", err)
-	}
-	return d
-}
-
 func TestTokenBucket(t *testing.T) {
 	clk := newClock(t0)
 	in := newInstance(t, clk)
 	mustNew(t, in, local("ns", time.Minute))
 	tb := ratelimiting.Limit{Limit: 3, Window: time.Second, Algorithm: ratelimiting.TokenBucket}
 	for i := range 3 {
-		d := allowKey(t, in, "k", 1, tb)
+		d := allow(t, in, "ns", "k", 1, tb)
 		if !d.Allowed || d.Limits[0].Remaining != float64(2-i) {
 			t.Fatalf("hit %d of a full bucket: %+v, want allowed, %d remaining", i, d, 2-i)
 		}
 	}
-	d := allowKey(t, in, "k", 1, tb)
+	d := allow(t, in, "ns", "k", 1, tb)
 	st := d.Limits[0]
 	// One token takes 1000/3 ms: the fourth hit waits 334 ms; the bucket is
 	// full again after 1000 ms.
@@ -44,16 +35,16 @@ func TestTokenBucket(t *testing.T) {
 		t.Fatalf("empty bucket: %+v", d)
 	}
 	clk.Advance(333 * time.Millisecond)
-	if d := allowKey(t, in, "k", 1, tb); d.Allowed || d.RetryAfter != time.Millisecond {
+	if d := allow(t, in, "ns", "k", 1, tb); d.Allowed || d.RetryAfter != time.Millisecond {
 		t.Fatalf("1 ms before a token: %+v, want denied, retry after 1ms", d)
 	}
 	clk.Advance(time.Millisecond)
-	if d := allowKey(t, in, "k", 1, tb); !d.Allowed {
+	if d := allow(t, in, "ns", "k", 1, tb); !d.Allowed {
 		t.Fatalf("at RetryAfter: %+v, want allowed", d)
 	}
 	// A clock going backwards refills nothing.
 	clk.Advance(-300 * time.Millisecond)
-	if d := allowKey(t, in, "k", 0, tb); d.Limits[0].Remaining != 0 {
+	if d := allow(t, in, "ns", "k", 0, tb); d.Limits[0].Remaining != 0 {
 		t.Fatalf("after the clock went back: %+v, want no token", d)
 	}
 }
@@ -66,11 +57,11 @@ func TestBucketBurstAndLeakyBucket(t *testing.T) {
 		l := ratelimiting.Limit{Limit: 1, Window: time.Minute, Algorithm: a, Burst: 5}
 		key := a.String()
 		for i := range 5 {
-			if d := allowKey(t, in, key, 1, l); !d.Allowed {
+			if d := allow(t, in, "ns", key, 1, l); !d.Allowed {
 				t.Fatalf("%s: hit %d within the burst denied: %+v", a, i, d)
 			}
 		}
-		if d := allowKey(t, in, key, 1, l); d.Allowed || d.RetryAfter != time.Minute || d.Limits[0].Reset != 5*time.Minute {
+		if d := allow(t, in, "ns", key, 1, l); d.Allowed || d.RetryAfter != time.Minute || d.Limits[0].Reset != 5*time.Minute {
 			t.Fatalf("%s: past the burst: %+v, want retry after 1m, reset 5m", a, d)
 		}
 	}
@@ -81,14 +72,14 @@ func TestBucketRateChangeKeepsTheLevel(t *testing.T) {
 	in := newInstance(t, clk)
 	mustNew(t, in, local("ns", time.Minute))
 	l := ratelimiting.Limit{Limit: 10, Window: time.Second, Algorithm: ratelimiting.TokenBucket}
-	allowKey(t, in, "k", 10, l)
+	allow(t, in, "ns", "k", 10, l)
 	l.Limit, l.Burst = 20, 10 // twice the rate, the same capacity
-	d := allowKey(t, in, "k", 0, l)
+	d := allow(t, in, "ns", "k", 0, l)
 	if d.Limits[0].Remaining != 0 || d.RetryAfter != 0 || !d.Allowed {
 		t.Fatalf("peek after a rate change: %+v, want an empty bucket", d)
 	}
 	clk.Advance(50 * time.Millisecond) // 20 per second: one token per 50 ms
-	if d := allowKey(t, in, "k", 1, l); !d.Allowed {
+	if d := allow(t, in, "ns", "k", 1, l); !d.Allowed {
 		t.Fatalf("after one token at the new rate: %+v", d)
 	}
 }
@@ -99,17 +90,17 @@ func TestBucketsAndWindowsAllOrNothing(t *testing.T) {
 	mustNew(t, in, local("ns", time.Minute))
 	win := ratelimiting.Limit{Limit: 2, Window: time.Minute}
 	tb := ratelimiting.Limit{Limit: 1, Window: time.Hour, Algorithm: ratelimiting.TokenBucket, Burst: 3}
-	allowKey(t, in, "k", 1, win, tb)
-	allowKey(t, in, "k", 1, win, tb)
-	d := allowKey(t, in, "k", 1, win, tb)
+	allow(t, in, "ns", "k", 1, win, tb)
+	allow(t, in, "ns", "k", 1, win, tb)
+	d := allow(t, in, "ns", "k", 1, win, tb)
 	if d.Allowed || d.Limits[0].Allowed || !d.Limits[1].Allowed || d.Limits[1].Remaining != 1 {
 		t.Fatalf("window denies: %+v, want the bucket untouched with 1 token", d)
 	}
 	// The bucket denies: the window is not counted.
-	if d := allowKey(t, in, "k2", 3, tb); !d.Allowed {
+	if d := allow(t, in, "ns", "k2", 3, tb); !d.Allowed {
 		t.Fatal(d)
 	}
-	d = allowKey(t, in, "k2", 1, win, tb)
+	d = allow(t, in, "ns", "k2", 1, win, tb)
 	if d.Allowed || !d.Limits[0].Allowed || d.Limits[0].Rate != 0 {
 		t.Fatalf("bucket denies: %+v, want the window uncounted", d)
 	}
@@ -212,7 +203,7 @@ func TestPeriodicBucketKeepsDebt(t *testing.T) {
 	}
 	l := ratelimiting.Limit{Limit: 10, Window: time.Second, Algorithm: ratelimiting.TokenBucket}
 	for i, in := range []*ratelimiting.Instance{a, b} {
-		if d := allowOn(t, in, 10, l); !d.Allowed {
+		if d := allow(t, in, "ns", "k", 10, l); !d.Allowed {
 			t.Fatalf("node %d: a full bucket denied 10: %+v", i, d)
 		}
 	}
@@ -226,27 +217,18 @@ func TestPeriodicBucketKeepsDebt(t *testing.T) {
 	}
 	// 20 taken from a bucket of 10: 10 in debt, 1 s to drain it, 100 ms more per token.
 	for _, in := range []*ratelimiting.Instance{a, b} {
-		d := allowOn(t, in, 0, l)
+		d := allow(t, in, "ns", "k", 0, l)
 		if d.Allowed || d.Limits[0].Rate != 20 || d.RetryAfter != time.Second {
 			t.Fatalf("bucket in debt: %+v, want a peek denied, level 20, retry after 1s", d)
 		}
 	}
 	clk.Advance(1100 * time.Millisecond)
-	if d := allowOn(t, a, 1, l); !d.Allowed {
+	if d := allow(t, a, "ns", "k", 1, l); !d.Allowed {
 		t.Fatalf("after the debt drained: %+v", d)
 	}
-	if d := allowOn(t, a, 1, l); d.Allowed {
+	if d := allow(t, a, "ns", "k", 1, l); d.Allowed {
 		t.Fatalf("one token only: %+v", d)
 	}
-}
-
-func allowOn(t *testing.T, in *ratelimiting.Instance, cost float64, l ratelimiting.Limit) ratelimiting.Decision {
-	t.Helper()
-	d, err := in.Allow(context.Background(), "ns", "k", cost, l)
-	if err != nil {
-		t.Fatalf("Allow: %v", err)
-	}
-	return d
 }
 
 // A periodic push of bucket diffs whose reply is lost is retried with the
@@ -259,14 +241,14 @@ func TestPeriodicBucketPushLostReplyCountsOnce(t *testing.T) {
 	in := newInstance(t, clk)
 	mustNew(t, in, synced("ns", time.Hour, store, time.Minute))
 	l := ratelimiting.Limit{Limit: 1, Window: time.Hour, Algorithm: ratelimiting.TokenBucket, Burst: 10}
-	if d := allowOn(t, in, 4, l); !d.Allowed {
+	if d := allow(t, in, "ns", "k", 4, l); !d.Allowed {
 		t.Fatal(d)
 	}
 	store.LoseReplies(1)
 	if err := in.Sync(context.Background(), "ns"); err == nil {
 		t.Fatal("Sync with a lost reply: no error")
 	}
-	if d := allowOn(t, in, 0, l); d.Limits[0].Remaining != 6 {
+	if d := allow(t, in, "ns", "k", 0, l); d.Limits[0].Remaining != 6 {
 		t.Fatalf("view after a lost reply: %+v, want 6 tokens", d.Limits[0])
 	}
 	if err := in.Sync(context.Background(), "ns"); err != nil {
@@ -276,7 +258,7 @@ func TestPeriodicBucketPushLostReplyCountsOnce(t *testing.T) {
 	if err != nil || len(got) != 1 || got[0].Level != 4*3_600_000 {
 		t.Fatalf("store after the retry: %+v, %v; want level %d (counted once)", got, err, 4*3_600_000)
 	}
-	if d := allowOn(t, in, 0, l); d.Limits[0].Remaining != 6 {
+	if d := allow(t, in, "ns", "k", 0, l); d.Limits[0].Remaining != 6 {
 		t.Fatalf("view after the retry: %+v, want 6 tokens", d.Limits[0])
 	}
 }
