@@ -297,15 +297,16 @@ func TestSynchronousBucketNeverExceeds(t *testing.T) {
 			}
 			noErrors(t, res)
 			// A node decided each admission between the call (At) and its
-			// answer (At + Latency): by the k-th answer, the bucket has let
-			// through at most its capacity plus what refilled since the
-			// first call that was admitted.
+			// answer (At + Latency), on its clock truncated to the
+			// millisecond: by the k-th answer, the bucket has let through at
+			// most its capacity plus what refilled since the millisecond of
+			// the first call that was admitted.
 			var first time.Time
 			var ends []time.Time
 			for _, d := range res.Decisions {
 				if d.Allowed {
-					if first.IsZero() || d.At.Before(first) {
-						first = d.At
+					if at := d.At.Truncate(time.Millisecond); first.IsZero() || at.Before(first) {
+						first = at
 					}
 					ends = append(ends, d.At.Add(d.Latency))
 				}
