@@ -64,11 +64,16 @@ type BucketState struct {
 	Window time.Duration
 	At     int64   // Unix milliseconds of the last change
 	Level  float64 // cost units times window milliseconds
+	// RetryAt is set for a sliding log (KindLog) in the result of a denied
+	// check: the Unix millisecond at which the same request fits.
+	RetryAt int64
 }
 
 // BucketDiff is cost a node consumed from a bucket since its last push,
 // dated by the first of those hits: the store adds it with BucketAdd at At,
-// draining at Rate.
+// draining at Rate. For an anchored window or a log it is the cost of the
+// hits of one millisecond, At, that the node counted on its own (Rate is
+// the limit; stores only check it).
 type BucketDiff struct {
 	Namespace string
 	Key       string
@@ -86,12 +91,14 @@ type BucketRef struct {
 	Window time.Duration
 }
 
-// BucketStore is implemented by strategies that keep buckets. Such a
-// strategy also applies Batch.Buckets in PushDiffs and PushAndCount (in the
-// same atomic step as the batch's diffs and its (Node, Seq) record, so a
-// bucket diff too is applied at most once), and, when it is a Checker,
-// decides bucket limits (CheckLimit.Kind != 0) in CheckAndCount, atomically
-// with the window limits of the same check.
+// BucketStore is implemented by strategies that keep buckets, anchored
+// windows and sliding logs (keyed.go). Such a strategy also applies
+// Batch.Buckets in PushDiffs and PushAndCount (in the same atomic step as
+// the batch's diffs and its (Node, Seq) record, so a bucket diff too is
+// applied at most once): a bucket's with BucketAdd, an anchored window's
+// with AnchoredAdd at the diff's At, a log's with Log.Add at its At. When
+// it is a Checker, it decides those limits (CheckLimit.Kind != 0) in
+// CheckAndCount, atomically with the window limits of the same check.
 type BucketStore interface {
 	// GetBuckets returns the state of each named bucket the store holds;
 	// buckets it does not hold (empty ones) are left out.

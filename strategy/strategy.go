@@ -26,6 +26,12 @@ type Diff struct {
 	WindowStart time.Time
 	WindowSize  time.Duration
 	Value       float64
+	// Span is the longest sliding window the counter is read in, a
+	// multiple of WindowSize (see CheckLimit.Precision); 0 means
+	// WindowSize. A store keeps a window at least until Span after its
+	// end: the previous window for plain counters, the last Span/WindowSize
+	// windows for sub-windows of a precision limit.
+	Span time.Duration
 }
 
 // Batch is one push. A strategy applies a given (Node, Seq) at most once.
@@ -62,6 +68,20 @@ type Query struct {
 	WindowSizes []time.Duration
 	Now         time.Time // current and previous windows of each size, as of Now
 	Keys        []string  // nil: every key of the namespace
+	// Windows is, per size of WindowSizes, how many windows of it to read:
+	// the one holding Now and the ones before it, newest first. A missing
+	// entry, or one below 2, means 2: the current and the previous window.
+	// A sliding window of W counted in sub-windows of size p needs W/p + 1.
+	Windows []int
+}
+
+// Depth returns how many windows of WindowSizes[i] q reads: Windows[i],
+// at least 2.
+func (q *Query) Depth(i int) int {
+	if i < len(q.Windows) && q.Windows[i] > 2 {
+		return q.Windows[i]
+	}
+	return 2
 }
 
 // Strategy is a central store of counters shared by the nodes of a cluster.
@@ -78,7 +98,8 @@ type Strategy interface {
 	PushDiffs(ctx context.Context, b Batch) error
 
 	// GetCounters yields the counters of q.Namespace in the current and the
-	// previous window of each size in q.WindowSizes as of q.Now, restricted
+	// previous window of each size in q.WindowSizes as of q.Now (and the
+	// windows before those, down to q.Depth of the size), restricted
 	// to q.Keys when it is not nil. Counters the store does not hold are not
 	// yielded (their count is zero). An error ends the sequence: it is
 	// yielded with a zero Counter. Called by the syncer after each push, and
@@ -133,18 +154,45 @@ type CheckLimit struct {
 	WindowSize time.Duration
 	Limit      float64 // hits allowed per window; > 0
 	Fixed      bool    // fixed window: the previous window does not count
-	// Kind is 0 for a window limit. Any other value makes the limit a
-	// bucket (see BucketStore): the bucket (Key, Kind, WindowSize), which
-	// refills Limit per WindowSize up to Burst.
+	// Kind is 0 for a window limit, KindAnchored for an anchored window,
+	// KindLog for a sliding log (see BucketStore for both). Any other
+	// value makes the limit a bucket: the bucket (Key, Kind, WindowSize),
+	// which refills Limit per WindowSize up to Burst.
 	Kind  uint8
 	Burst float64 // buckets: capacity, > 0
+	// Precision, for a sliding window limit (Kind 0, not Fixed), counts it
+	// in windows of this size: a divisor of WindowSize, which is then the
+	// span they slide over (see SpanFits). 0, or WindowSize itself, is a
+	// plain sliding window of WindowSize.
+	Precision time.Duration
+}
+
+// Sub returns the size of the windows a window limit counts in: Precision
+// when set, else WindowSize.
+func (l *CheckLimit) Sub() time.Duration {
+	if l.Precision > 0 {
+		return l.Precision
+	}
+	return l.WindowSize
+}
+
+// Depth returns how many windows of size Sub a window limit reads: 2 for
+// a plain window (the current and the previous), WindowSize/Precision + 1
+// with a precision.
+func (l *CheckLimit) Depth() int {
+	if l.Precision > 0 && l.Precision < l.WindowSize {
+		return int(l.WindowSize/l.Precision) + 1
+	}
+	return 2
 }
 
 // Check is one request decided and counted in the store in one atomic step
 // (synchronous mode): it passes when every limit lets it pass (WindowFits,
-// BucketFits), judged at Now, the node's clock. When it passes, Cost is added
-// once to the current window of each distinct size of its window limits and
-// to each of its buckets (BucketAdd); when it does not, nothing is counted.
+// SpanFits with a precision, BucketFits, AnchoredFits, LogFits), judged at
+// Now, the node's clock. When it passes, Cost is added once to the current
+// window of each distinct size (Sub) of its window limits, to each of its
+// buckets (BucketAdd), anchored windows (AnchoredAdd) and logs (Log.Add);
+// when it does not, nothing is counted.
 type Check struct {
 	Namespace string
 	Key       string
@@ -156,11 +204,18 @@ type Check struct {
 // CheckResult is the outcome of one Check.
 type CheckResult struct {
 	Allowed bool
-	Totals  []Totals // per limit, in order: the counts right after the decision
-	// Buckets holds, per limit in order, the bucket's state right after
-	// the decision: set for bucket limits, zero for window limits. Nil when
-	// the check has no bucket limit.
+	// Totals holds, per limit in order, the counts right after the
+	// decision: for a window limit its current and previous windows (of
+	// size Sub). Zero for other limits.
+	Totals []Totals
+	// Buckets holds, per limit in order, the state right after the
+	// decision of a bucket, anchored window or log (see BucketStore); zero
+	// for window limits. Nil when the check has none.
 	Buckets []BucketState
+	// Windows holds, per limit in order, the counts of a precision limit's
+	// Depth windows right after the decision, newest first; nil for other
+	// limits. Nil when the check has no precision limit.
+	Windows [][]float64
 }
 
 // Checker is implemented by strategies that can decide and count requests
@@ -199,4 +254,29 @@ func WindowFits(cur, prev, cost, limit float64, size, elapsed int64, fixed bool)
 	}
 	s := float64(size)
 	return float64((cur+cost)*s)+float64(prev*float64(size-elapsed)) <= float64(limit*s)
+}
+
+// SpanFits reports whether a request of cost fits a sliding window limit
+// counted in sub-windows of size ms (CheckLimit.Precision): counts holds
+// the Depth windows, newest (the one holding now, elapsed ms in) first.
+// The rate is the counts of the windows that start after now - span plus
+// the oldest one's weighted (size - elapsed) / size; it is judged as
+// WindowFits(cur, oldest, ...) with cur the newest count plus the sum of
+// the ones between, summed from the newest, in exactly this order. With
+// two windows it is WindowFits itself.
+func SpanFits(counts []float64, cost, limit float64, size, elapsed int64) bool {
+	cur, prev := SpanParts(counts)
+	return WindowFits(cur, prev, cost, limit, size, elapsed, false)
+}
+
+// SpanParts returns the two terms SpanFits judges on: the newest count
+// plus the ones between it and the oldest (counts[0] + (counts[1] + ...)),
+// and the oldest count.
+func SpanParts(counts []float64) (cur, oldest float64) {
+	k := len(counts) - 1
+	mid := 0.0
+	for _, c := range counts[1:k] {
+		mid += c
+	}
+	return counts[0] + mid, counts[k]
 }

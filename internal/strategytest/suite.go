@@ -37,7 +37,7 @@ type suiteCase struct {
 }
 
 // racePasses makes nodes goroutines send perNode calls of two copies of c
-// each, on lanes of their own, at once, and returns how many checks passed.
+// each, on lanes of their own (named after c's namespace), at once, and returns how many checks passed.
 func racePasses(t *testing.T, ck strategy.Checker, nodes, perNode int, c strategy.Check) int {
 	t.Helper()
 	var wg sync.WaitGroup
@@ -46,7 +46,7 @@ func racePasses(t *testing.T, ck strategy.Checker, nodes, perNode int, c strateg
 	for n := range nodes {
 		wg.Go(func() {
 			for seq := uint64(1); seq <= uint64(perNode); seq++ {
-				res, err := ck.CheckAndCount(context.Background(), fmt.Sprintf("node-%d", n), seq, []strategy.Check{c, c})
+				res, err := ck.CheckAndCount(context.Background(), fmt.Sprintf("%s-node-%d", c.Namespace, n), seq, []strategy.Check{c, c})
 				if err != nil {
 					t.Errorf("CheckAndCount: %v", err)
 					return
@@ -68,7 +68,7 @@ func racePasses(t *testing.T, ck strategy.Checker, nodes, perNode int, c strateg
 // Run runs the contract suite against the stores newStore makes, one per
 // case.
 func Run(t *testing.T, newStore NewFunc) {
-	for _, c := range slices.Concat(cases, bucketCases) {
+	for _, c := range slices.Concat(cases, bucketCases, keyedCases) {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, newStore(t))
 		})

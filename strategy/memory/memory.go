@@ -57,12 +57,18 @@ type Store struct {
 	mu      sync.RWMutex
 	windows map[windowID]map[string]float64
 	buckets map[bucketID]bucket
+	anchors map[bucketID]strategy.BucketState
+	logs    map[bucketID]*strategy.Log
 	lanes   map[string]lane
 }
 
 // New returns an empty store.
 func New() *Store {
-	return &Store{windows: make(map[windowID]map[string]float64), buckets: make(map[bucketID]bucket), lanes: make(map[string]lane)}
+	return &Store{
+		windows: make(map[windowID]map[string]float64), buckets: make(map[bucketID]bucket),
+		anchors: make(map[bucketID]strategy.BucketState), logs: make(map[bucketID]*strategy.Log),
+		lanes: make(map[string]lane),
+	}
 }
 
 func checkDiff(d strategy.Diff) error {
@@ -127,8 +133,7 @@ func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strat
 	}
 	if apply {
 		for _, d := range b.Buckets {
-			id := bucketID{d.Namespace, d.Key, d.Kind, d.Window.Milliseconds()}
-			s.buckets[id] = bucket{strategy.BucketAdd(s.bucket(id), d.Rate, d.Cost, id.window, d.At), d.Rate}
+			s.add(bucketID{d.Namespace, d.Key, d.Kind, d.Window.Milliseconds()}, d.Rate, d.Cost, d.At)
 		}
 	}
 	if apply && len(b.Diffs)+len(b.Buckets) > 0 {
@@ -138,7 +143,8 @@ func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strat
 }
 
 // GetCounters yields the current and previous windows of each size as of
-// q.Now, restricted to q.Keys when set. It reads a snapshot taken under the
+// q.Now, and the ones before them down to q.Depth, restricted to q.Keys
+// when set. It reads a snapshot taken under the
 // store's lock and yields after releasing it.
 func (s *Store) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[strategy.Counter, error] {
 	return func(yield func(strategy.Counter, error) bool) {
@@ -151,11 +157,16 @@ func (s *Store) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[str
 		if len(keys) > 0 {
 			keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 		}
+		depths := make(map[time.Duration]int, len(q.WindowSizes))
+		for i, size := range q.WindowSizes {
+			depths[size] = max(depths[size], q.Depth(i))
+		}
 		sizes := slices.Compact(slices.Sorted(slices.Values(q.WindowSizes)))
 		s.mu.RLock()
 		for _, size := range sizes {
 			cur := strategy.WindowStart(q.Now, size)
-			for _, start := range []time.Time{cur, cur.Add(-size)} {
+			for back := range depths[size] {
+				start := cur.Add(-time.Duration(back) * size)
 				w := s.windows[windowID{q.Namespace, size.Milliseconds(), start.UnixMilli()}]
 				if w == nil {
 					continue
@@ -197,7 +208,8 @@ func (s *Store) GetWindow(ctx context.Context, namespace, key string, windowStar
 
 // Purge drops the namespace's windows of the given sizes that are older than
 // the previous window as of now, its buckets that are empty as of now (at
-// the rate they last drained at), and lane records that applied nothing for
+// the rate they last drained at), its anchored windows that closed and its
+// logs' entries that no longer weigh, and lane records that applied nothing for
 // LaneTTL of wall-clock time.
 func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.Duration, now time.Time) error {
 	if err := ctx.Err(); err != nil {
@@ -218,6 +230,18 @@ func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.
 	for id, b := range s.buckets {
 		if id.namespace == namespace && strategy.BucketLevel(b.st, b.rate, now.UnixMilli()) == 0 {
 			delete(s.buckets, id)
+		}
+	}
+	for id, a := range s.anchors {
+		if id.namespace == namespace && strategy.AnchoredCount(a, id.window, now.UnixMilli()) == 0 {
+			delete(s.anchors, id)
+		}
+	}
+	for id, l := range s.logs {
+		if id.namespace == namespace {
+			if l.Trim(now.UnixMilli(), id.window); len(l.Entries) == 0 {
+				delete(s.logs, id)
+			}
 		}
 	}
 	for node, l := range s.lanes {
@@ -257,41 +281,41 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 // hold s.mu.
 func (s *Store) check(c strategy.Check, apply bool) strategy.CheckResult {
 	now := c.Now.UnixMilli()
-	count := func(size time.Duration, back time.Duration) float64 {
-		start := strategy.WindowStart(c.Now, size).Add(-back)
-		return s.windows[windowID{c.Namespace, size.Milliseconds(), start.UnixMilli()}][c.Key]
+	counts := func(l strategy.CheckLimit) []float64 {
+		size := l.Sub()
+		start := strategy.WindowStart(c.Now, size)
+		out := make([]float64, l.Depth())
+		for i := range out {
+			out[i] = s.windows[windowID{c.Namespace, size.Milliseconds(), start.Add(-time.Duration(i) * size).UnixMilli()}][c.Key]
+		}
+		return out
 	}
-	bucketOf := func(l strategy.CheckLimit) bucketID {
+	idOf := func(l strategy.CheckLimit) bucketID {
 		return bucketID{c.Namespace, c.Key, l.Kind, l.WindowSize.Milliseconds()}
 	}
 	allowed := apply
 	for _, l := range c.Limits {
-		size := l.WindowSize.Milliseconds()
-		if l.Kind != 0 {
-			lvl := strategy.BucketLevel(s.bucket(bucketOf(l)), l.Limit, now)
-			allowed = allowed && strategy.BucketFits(lvl, c.Cost, l.Burst, size)
-			continue
+		if allowed {
+			allowed = s.fits(c, l, idOf(l), counts, now)
 		}
-		elapsed := now - strategy.WindowStart(c.Now, l.WindowSize).UnixMilli()
-		allowed = allowed && strategy.WindowFits(count(l.WindowSize, 0), count(l.WindowSize, l.WindowSize), c.Cost, l.Limit, size, elapsed, l.Fixed)
 	}
 	if allowed && c.Cost > 0 {
 		windows := make(map[time.Duration]bool, len(c.Limits))
-		buckets := make(map[bucketID]bool, len(c.Limits))
+		keyed := make(map[bucketID]bool, len(c.Limits))
 		for _, l := range c.Limits {
 			if l.Kind != 0 {
-				id := bucketOf(l)
-				if !buckets[id] {
-					buckets[id] = true
-					s.buckets[id] = bucket{strategy.BucketAdd(s.bucket(id), l.Limit, c.Cost, id.window, now), l.Limit}
+				if id := idOf(l); !keyed[id] {
+					keyed[id] = true
+					s.add(id, l.Limit, c.Cost, now)
 				}
 				continue
 			}
-			if windows[l.WindowSize] {
+			size := l.Sub()
+			if windows[size] {
 				continue
 			}
-			windows[l.WindowSize] = true
-			id := windowID{c.Namespace, l.WindowSize.Milliseconds(), strategy.WindowStart(c.Now, l.WindowSize).UnixMilli()}
+			windows[size] = true
+			id := windowID{c.Namespace, size.Milliseconds(), strategy.WindowStart(c.Now, size).UnixMilli()}
 			if s.windows[id] == nil {
 				s.windows[id] = make(map[string]float64)
 			}
@@ -304,12 +328,96 @@ func (s *Store) check(c strategy.Check, apply bool) strategy.CheckResult {
 			if res.Buckets == nil {
 				res.Buckets = make([]strategy.BucketState, len(c.Limits))
 			}
-			res.Buckets[j] = s.bucket(bucketOf(l))
+			res.Buckets[j] = s.state(idOf(l), l, c.Cost, now, allowed)
 			continue
 		}
-		res.Totals[j] = strategy.Totals{Current: count(l.WindowSize, 0), Previous: count(l.WindowSize, l.WindowSize)}
+		n := counts(l)
+		res.Totals[j] = strategy.Totals{Current: n[0], Previous: n[1]}
+		if l.Depth() > 2 {
+			if res.Windows == nil {
+				res.Windows = make([][]float64, len(c.Limits))
+			}
+			res.Windows[j] = n
+		}
 	}
 	return res
+}
+
+// fits reports whether check c fits limit l (whose keyed state is id), as
+// of now. Callers hold s.mu.
+func (s *Store) fits(c strategy.Check, l strategy.CheckLimit, id bucketID, counts func(strategy.CheckLimit) []float64, now int64) bool {
+	switch l.Kind {
+	case 0:
+		n := counts(l)
+		size := l.Sub().Milliseconds()
+		elapsed := now - strategy.WindowStart(c.Now, l.Sub()).UnixMilli()
+		if l.Depth() > 2 {
+			return strategy.SpanFits(n, c.Cost, l.Limit, size, elapsed)
+		}
+		return strategy.WindowFits(n[0], n[1], c.Cost, l.Limit, size, elapsed, l.Fixed)
+	case strategy.KindAnchored:
+		return strategy.AnchoredFits(strategy.AnchoredCount(s.anchored(id), id.window, now), c.Cost, l.Limit)
+	case strategy.KindLog:
+		lg := s.logs[id]
+		if lg == nil {
+			return strategy.LogFits(0, c.Cost, l.Limit)
+		}
+		lg.Trim(now, id.window)
+		return strategy.LogFits(lg.Sum, c.Cost, l.Limit)
+	}
+	lvl := strategy.BucketLevel(s.bucket(id), l.Limit, now)
+	return strategy.BucketFits(lvl, c.Cost, l.Burst, id.window)
+}
+
+// add counts cost at at in the bucket, anchored window or log id; rate is
+// a bucket's. Callers hold s.mu.
+func (s *Store) add(id bucketID, rate, cost float64, at int64) {
+	switch id.kind {
+	case strategy.KindAnchored:
+		s.anchors[id] = strategy.AnchoredAdd(s.anchored(id), cost, id.window, at)
+	case strategy.KindLog:
+		lg := s.logs[id]
+		if lg == nil {
+			lg = &strategy.Log{}
+			s.logs[id] = lg
+		}
+		lg.Add(at, cost)
+	default:
+		s.buckets[id] = bucket{strategy.BucketAdd(s.bucket(id), rate, cost, id.window, at), rate}
+	}
+}
+
+// state returns the state of the bucket, anchored window or log id of
+// limit l after a check of cost at now. Callers hold s.mu.
+func (s *Store) state(id bucketID, l strategy.CheckLimit, cost float64, now int64, allowed bool) strategy.BucketState {
+	switch id.kind {
+	case strategy.KindAnchored:
+		a := s.anchored(id)
+		if strategy.AnchoredCount(a, id.window, now) == 0 {
+			return strategy.BucketState{Key: id.key, Kind: id.kind, Window: l.WindowSize}
+		}
+		return a
+	case strategy.KindLog:
+		st := strategy.BucketState{Key: id.key, Kind: id.kind, Window: l.WindowSize}
+		if lg := s.logs[id]; lg != nil {
+			lg.Trim(now, id.window)
+			st.At, st.Level = lg.Newest(), lg.Sum
+			if !allowed && !strategy.LogFits(lg.Sum, cost, l.Limit) {
+				st.RetryAt = strategy.RetryAt(lg.Entries, lg.Sum, cost, l.Limit, id.window)
+			}
+		}
+		return st
+	}
+	return s.bucket(id)
+}
+
+// anchored returns an anchored window's state, zero when the store holds
+// none. Callers hold s.mu.
+func (s *Store) anchored(id bucketID) strategy.BucketState {
+	if a, ok := s.anchors[id]; ok {
+		return a
+	}
+	return strategy.BucketState{Key: id.key, Kind: id.kind, Window: time.Duration(id.window) * time.Millisecond}
 }
 
 // bucket returns the state of a bucket, empty when the store holds none.
@@ -348,7 +456,10 @@ func checkCheck(c strategy.Check) error {
 		if l.Limit <= 0 {
 			return fmt.Errorf("memory: check of key %q: limit %v: must be > 0", c.Key, l.Limit)
 		}
-		if l.Kind != 0 && !(l.Burst > 0 && !math.IsInf(l.Burst, 0)) {
+		if p := l.Precision; p != 0 && (p < 0 || p%time.Millisecond != 0 || l.WindowSize%p != 0 || l.Kind != 0 || l.Fixed) {
+			return fmt.Errorf("memory: check of key %q: precision %v: must be whole milliseconds dividing window %v, on a sliding window limit", c.Key, p, l.WindowSize)
+		}
+		if l.Kind > strategy.KindLog && !(l.Burst > 0 && !math.IsInf(l.Burst, 0)) {
 			return fmt.Errorf("memory: check of key %q: burst %v: must be finite and > 0", c.Key, l.Burst)
 		}
 	}

@@ -1,0 +1,138 @@
+package strategy
+
+// Anchored windows and sliding logs. Like a bucket, each is identified by
+// (namespace, key, kind, window) and kept by a BucketStore, which decides
+// it in CheckAndCount and applies its diffs (BucketDiff, from a node that
+// decided on its own while the store was down) in PushDiffs; GetBuckets
+// need not return them (no periodic namespace uses them). A CheckResult
+// gives its state as a BucketState:
+//
+//	anchored window: At is the instant the window opened (Unix ms), Level
+//	                 the count in it; zero when the key has no window.
+//	sliding log:     At is the newest entry's instant, Level the sum of the
+//	                 entries that weigh (the log's Sum), and, for a denied
+//	                 check, RetryAt the instant at which the same request
+//	                 fits (Log.RetryAt); zero when no entry weighs.
+const (
+	KindAnchored uint8 = 2 // a fixed window that opens at a key's first counted hit
+	KindLog      uint8 = 3 // a sliding log: each hit weighs for exactly the window
+)
+
+// AnchoredCount returns the count of an anchored window b of window ms at
+// now: its Level while now < At + window, else 0 (the window closed). A
+// clock behind At still sees the window: it closes at At + window for every
+// node.
+func AnchoredCount(b BucketState, window, now int64) float64 {
+	if !anchoredOpen(b, window, now) {
+		return 0
+	}
+	return b.Level
+}
+
+// anchoredOpen reports whether b is an open window at now.
+func anchoredOpen(b BucketState, window, now int64) bool { return b.Level > 0 && now < b.At+window }
+
+// AnchoredFits reports whether a request of cost fits an anchored window
+// holding count: count + cost <= limit.
+func AnchoredFits(count, cost, limit float64) bool { return count+cost <= limit }
+
+// AnchoredAdd returns the anchored window b after cost is counted at now:
+// added to the open window, or opening one at now when none is open. A
+// diff (BucketDiff) is added at its At the same way.
+func AnchoredAdd(b BucketState, cost float64, window, now int64) BucketState {
+	if !anchoredOpen(b, window, now) {
+		return BucketState{Key: b.Key, Kind: b.Kind, Window: b.Window, At: now, Level: cost}
+	}
+	b.Level += cost
+	return b
+}
+
+// LogEntry is one entry of a sliding log: the cost admitted at one
+// millisecond (hits of the same millisecond are merged).
+type LogEntry struct {
+	At   int64 // Unix milliseconds
+	Cost float64
+}
+
+// Log is a sliding log: its entries, oldest first, one per millisecond,
+// and Sum, the sum of their costs. The three steps below are the whole
+// arithmetic; every store computes them in float64 in exactly this order,
+// so that the node and each store decide every request the same way:
+//
+//	Trim(now, window): drop the entries with At <= now - window, oldest
+//	                   first, subtracting each cost from Sum; Sum is 0 once
+//	                   the log is empty.
+//	LogFits:           Sum + cost <= limit.
+//	Add(at, cost):     add cost to the entry at at (made in its place when
+//	                   there is none) and to Sum.
+//
+// A hit at t weighs while now < t + window. With whole costs (or halves,
+// quarters...) every step is exact.
+type Log struct {
+	Entries []LogEntry
+	Sum     float64
+}
+
+// LogFits reports whether a request of cost fits a log whose Sum, once
+// trimmed, is sum.
+func LogFits(sum, cost, limit float64) bool { return sum+cost <= limit }
+
+// Trim drops the entries that no longer weigh at now.
+func (l *Log) Trim(now, window int64) {
+	n := 0
+	for n < len(l.Entries) && l.Entries[n].At <= now-window {
+		l.Sum -= l.Entries[n].Cost
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	l.Entries = append(l.Entries[:0], l.Entries[n:]...)
+	if len(l.Entries) == 0 {
+		l.Sum = 0
+	}
+}
+
+// Add counts cost at at.
+func (l *Log) Add(at int64, cost float64) {
+	i := len(l.Entries)
+	for i > 0 && l.Entries[i-1].At > at {
+		i--
+	}
+	l.Sum += cost
+	if i > 0 && l.Entries[i-1].At == at {
+		l.Entries[i-1].Cost += cost
+		return
+	}
+	l.Entries = append(l.Entries, LogEntry{})
+	copy(l.Entries[i+1:], l.Entries[i:])
+	l.Entries[i] = LogEntry{At: at, Cost: cost}
+}
+
+// Newest returns the instant of the newest entry, 0 when the log is empty.
+func (l *Log) Newest() int64 {
+	if len(l.Entries) == 0 {
+		return 0
+	}
+	return l.Entries[len(l.Entries)-1].At
+}
+
+// RetryAt returns the first instant at which a request of cost fits the
+// trimmed log, if no more hits come: the instant the oldest entries stop
+// weighing, subtracted oldest first as Trim does, leave room for it. 0 when
+// it fits now.
+func RetryAt(entries []LogEntry, sum, cost, limit float64, window int64) int64 {
+	if LogFits(sum, cost, limit) {
+		return 0
+	}
+	for i, e := range entries {
+		sum -= e.Cost
+		if i == len(entries)-1 {
+			sum = 0
+		}
+		if LogFits(sum, cost, limit) {
+			return e.At + window
+		}
+	}
+	return 0 // not reached: an empty log fits any cost up to the limit
+}
