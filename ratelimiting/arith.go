@@ -206,3 +206,73 @@ func msGuess(v float64) int64 {
 	}
 	return int64(math.Ceil(v))
 }
+
+// spanLimitState writes the LimitState of precision limit l, on span s
+// of the plan, into out, which must be zero: the counts of the span's
+// sub-windows are read again, after the decision.
+func (p *plan) spanLimitState(out *LimitState, l *Limit, s *sgroup, key string, allowed bool) {
+	g := &p.groups[s.g]
+	size := g.sr.Size()
+	var buf [MaxPrecisionWindows + 1]float64
+	counts := buf[:s.span/size+1]
+	counts[0] = g.cur
+	w := g.w
+	for back := 1; back < len(counts); back++ {
+		w = g.older(w, int64(back), p.now)
+		counts[back] = 0
+		if w != nil {
+			counts[back] = w.Value(key)
+		}
+	}
+	cur, old := strategy.SpanParts(counts)
+	ws := windowState{cur: cur, prev: old, size: size, e: g.e}
+	out.Limit = *l
+	out.Rate = cur + old*weight(g.e, 0, size)
+	out.Remaining = windowRemaining(&ws, l.Limit, math.Floor(l.Limit-out.Rate), false)
+	for i, c := range counts {
+		if c > 0 { // until now - span passes the end of the newest sub-window with hits
+			out.Reset = ms(size - g.e + s.span - int64(i)*size)
+			break
+		}
+	}
+	counts[0] = g.before
+	out.Allowed = allowed || strategy.SpanFits(counts, p.cost, l.Limit, size, g.e)
+	if !out.Allowed {
+		out.RetryAfter = ms(spanRetry(counts, p.cost, l.Limit, size, g.e))
+	}
+}
+
+// spanRetry returns the ms from now until a request of cost fits a
+// precision limit whose sub-windows hold counts (newest first, the newest
+// e ms in), if no more hits come: m sub-windows on, the newest m are empty
+// and the oldest m gone; within one the rate only falls, so a binary
+// search finds the first millisecond that fits, with SpanFits itself.
+func spanRetry(counts []float64, cost, limit float64, size, e int64) int64 {
+	var buf [MaxPrecisionWindows + 1]float64
+	shifted := buf[:len(counts)]
+	for m := range len(counts) {
+		for i := range shifted {
+			shifted[i] = 0
+			if i >= m {
+				shifted[i] = counts[i-m]
+			}
+		}
+		fits := func(x int64) bool { return strategy.SpanFits(shifted, cost, limit, size, x) }
+		if !fits(size - 1) {
+			continue
+		}
+		lo, hi := int64(0), size-1
+		if m == 0 {
+			lo = e
+		}
+		for lo < hi {
+			if mid := lo + (hi-lo)/2; fits(mid) {
+				hi = mid
+			} else {
+				lo = mid + 1
+			}
+		}
+		return int64(m)*size + lo - e
+	}
+	return int64(len(counts))*size - e
+}

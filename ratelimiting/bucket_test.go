@@ -139,7 +139,14 @@ func TestInvalidLimitsNameTheField(t *testing.T) {
 		field string
 	}{
 		{1, []ratelimiting.Limit{{Limit: 1, Window: time.Minute, Algorithm: 9}}, "limits[0].algorithm"},
-		{1, []ratelimiting.Limit{{Limit: 1, Window: time.Minute, Algorithm: ratelimiting.SlidingLog}}, "limits[0].algorithm"},
+		{1, []ratelimiting.Limit{{Limit: 20_000, Window: time.Minute, Algorithm: ratelimiting.SlidingLog}}, "limits[0].limit"},
+		{0.001, []ratelimiting.Limit{{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.SlidingLog}}, "cost"},
+		{1, []ratelimiting.Limit{{Limit: 1, Window: 0, Algorithm: ratelimiting.AnchoredWindow}}, "limits[0].window"},
+		{1, []ratelimiting.Limit{{Limit: 1, Window: 2 * time.Minute, Algorithm: tb, Precision: time.Minute}}, "limits[0].precision"},
+		{1, []ratelimiting.Limit{{Limit: 1, Window: 2 * time.Minute, Fixed: true, Precision: time.Minute}}, "limits[0].precision"},
+		{1, []ratelimiting.Limit{{Limit: 1, Window: 90 * time.Second, Precision: time.Minute}}, "limits[0].precision"},
+		{1, []ratelimiting.Limit{{Limit: 1, Window: 2 * time.Hour, Precision: time.Minute}}, "limits[0].precision"},
+		{1, []ratelimiting.Limit{{Limit: 1, Window: time.Hour, Precision: 30 * time.Second}}, "limits[0].precision"},
 		{1, []ratelimiting.Limit{{Limit: 1, Window: time.Minute, Algorithm: tb, Fixed: true}}, "limits[0].fixed"},
 		{1, []ratelimiting.Limit{{Limit: 1, Window: time.Minute, Algorithm: tb, Burst: -1}}, "limits[0].burst"},
 		{1, []ratelimiting.Limit{{Limit: 1, Window: time.Minute, Burst: 2}}, "limits[0].burst"},

@@ -48,6 +48,30 @@ type bgroup struct {
 	passable bool
 }
 
+// sgroup is the work on one precision limit's span of a Check: a sliding
+// window of span ms over the sub-windows of window group g.
+type sgroup struct {
+	g     int
+	span  int64   // ms
+	limit float64 // the smallest limit with this span
+	mid   float64 // counts of the sub-windows between the current and the oldest, summed from the newest
+	old   float64 // count of the oldest sub-window, the one holding now - span
+}
+
+// Which of a plan's parts a limit reads (ref.kind).
+const (
+	refWindow uint8 = iota // groups[j]
+	refSpan                // spans[j], over the windows of groups[spans[j].g]
+	refBucket              // buckets[j]
+	refKeyed               // keyed[j]
+)
+
+// ref is the part of a plan a limit reads.
+type ref struct {
+	kind uint8
+	j    int
+}
+
 // plan is a Check's working state: the limits grouped by what they read,
 // the state read, and what the executor did. It holds no pointer that the
 // executors let escape (the namespace and the key travel beside it), so
@@ -58,11 +82,23 @@ type plan struct {
 	limits  []Limit
 	now     int64
 	groups  []group
+	spans   []sgroup
 	buckets []bgroup
-	idx     []int // per limit: its group, or -1 - its bucket group
+	keyed   []kgroup
+	idx     []ref   // per limit: the part it reads
+	retry   []int64 // per limit of a sliding log: when the request fits it (Unix ms), 0 when it does now
 }
 
-func (p *plan) parts() int { return len(p.groups) + len(p.buckets) }
+func (p *plan) parts() int { return len(p.groups) + len(p.buckets) + len(p.keyed) }
+
+// group returns window group j of limit i, for a window or a span.
+func (p *plan) windowOf(i int) *group {
+	r := p.idx[i]
+	if r.kind == refSpan {
+		return &p.groups[p.spans[r.j].g]
+	}
+	return &p.groups[r.j]
+}
 
 // stackLimits is the number of limits a Check handles without allocating
 // its working arrays.
@@ -110,20 +146,21 @@ func (in *Instance) AllowOne(ctx context.Context, ns, key string, cost float64, 
 // apart from p: they escape, p's arrays must not.
 func (in *Instance) check(ctx context.Context, name, key string, p plan, out []LimitState) (allowed bool, retry time.Duration, err error) {
 	var (
+		rbuf [stackLimits]int64
 		gbuf [stackLimits]group
 		bbuf [2]bgroup
-		ibuf [stackLimits]int
+		ibuf [stackLimits]ref
 	)
-	p.groups, p.buckets, p.idx = gbuf[:0], bbuf[:0], ibuf[:0]
+	p.groups, p.buckets, p.idx, p.retry = gbuf[:0], bbuf[:0], ibuf[:0], rbuf[:0]
 	if len(p.limits) > stackLimits {
-		p.groups, p.idx = make([]group, 0, len(p.limits)), make([]int, 0, len(p.limits))
+		p.groups, p.idx = make([]group, 0, len(p.limits)), make([]ref, 0, len(p.limits))
 	}
 	p.now = in.now()
-	n, groups, buckets, idx, err := in.prepare(&p, name)
+	n, pp, err := in.prepare(&p, name)
 	if err != nil {
 		return false, 0, err
 	}
-	p.groups, p.buckets, p.idx = groups, buckets, idx
+	p.groups, p.spans, p.buckets, p.keyed, p.idx, p.retry = pp.groups, pp.spans, pp.buckets, pp.keyed, pp.idx, pp.retry
 	p.sortGroups()
 	p.read(key)
 	if allowed, err = in.execute(ctx, &p, n, key); err != nil {
@@ -133,7 +170,7 @@ func (in *Instance) check(ctx context.Context, name, key string, p plan, out []L
 		p.refund(key)
 		return false, 0, ErrClosed
 	}
-	return allowed, p.decide(allowed, out), nil
+	return allowed, p.decide(key, allowed, out), nil
 }
 
 // execute applies the plan with the executor of the namespace's mode and
@@ -158,48 +195,96 @@ func (n *ns) closed() bool {
 	return false
 }
 
+// parts is what prepare makes: a plan's slices, appended to the ones it
+// was given and returned apart (assigning them in the plan there would let
+// its arrays escape).
+type parts struct {
+	groups  []group
+	spans   []sgroup
+	buckets []bgroup
+	keyed   []kgroup
+	idx     []ref
+	retry   []int64
+}
+
 // prepare validates the request and groups its limits: window limits by
-// size, bucket limits by algorithm and window. It appends to p's slices and
-// returns them (assigning them in p here would let its arrays escape).
-func (in *Instance) prepare(p *plan, name string) (*ns, []group, []bgroup, []int, error) {
-	groups, buckets, idx := p.groups, p.buckets, p.idx
+// size (precision limits by their sub-window size, then span), bucket
+// limits by algorithm and window, anchored windows and logs by algorithm
+// and window.
+func (in *Instance) prepare(p *plan, name string) (*ns, parts, error) {
+	pp := parts{groups: p.groups, buckets: p.buckets, idx: p.idx}
 	if err := checkCost(p.cost); err != nil {
-		return nil, nil, nil, nil, err
+		return nil, parts{}, err
 	}
 	if len(p.limits) == 0 {
-		return nil, nil, nil, nil, &InputError{Field: "limits", Value: "[]", Allowed: "at least one limit is required"}
+		return nil, parts{}, &InputError{Field: "limits", Value: "[]", Allowed: "at least one limit is required"}
 	}
 	n, err := in.lookup(name)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, parts{}, err
 	}
 	for i, l := range p.limits {
 		if err := validateLimit(i, &l, p.cost, p.penalty); err != nil {
-			return nil, nil, nil, nil, err
+			return nil, parts{}, err
 		}
-		if l.Algorithm.bucket() {
-			var j int
-			if buckets, j, err = addBucket(n, buckets, i, l, p.now); err != nil {
-				return nil, nil, nil, nil, err
+		var r ref
+		switch {
+		case l.Algorithm.bucket():
+			r.kind = refBucket
+			pp.buckets, r.j, err = addBucket(n, pp.buckets, i, l, p.now)
+		case l.Algorithm.keyed():
+			r.kind = refKeyed
+			pp.keyed, r.j, err = addKeyed(n, pp.keyed, i, l, p.now)
+			if err == nil && l.Algorithm == SlidingLog && pp.retry == nil {
+				pp.retry = p.retry[:0]
+				if cap(pp.retry) < len(p.limits) {
+					pp.retry = make([]int64, 0, len(p.limits))
+				}
+				pp.retry = pp.retry[:len(p.limits)]
 			}
-			idx = append(idx, -1-j)
-			continue
+		default:
+			r, err = pp.addWindow(n, i, &l)
 		}
-		sr := n.seriesOf(l.Window)
-		if sr == nil {
-			return nil, nil, nil, nil, &InputError{Field: limitField(i, "window"), Value: l.Window.String(), Allowed: fmt.Sprintf("must be one of the window sizes of namespace %q: %v", n.cfg.Name, n.cfg.WindowSizes)}
+		if err != nil {
+			return nil, parts{}, err
 		}
-		j := 0
-		for j < len(groups) && groups[j].sr != sr {
-			j++
-		}
-		if j == len(groups) {
-			groups = append(groups, group{sr: sr})
-		}
-		groups[j].tighten(&l)
-		idx = append(idx, j)
+		pp.idx = append(pp.idx, r)
 	}
-	return n, groups, buckets, idx, nil
+	return n, pp, nil
+}
+
+// addWindow adds window limit i, l, to its group (and span, for a
+// precision limit).
+func (pp *parts) addWindow(n *ns, i int, l *Limit) (ref, error) {
+	size, field := l.Window, "window"
+	if p := l.span(); p > 0 {
+		size, field = p, "precision"
+	}
+	sr := n.seriesOf(size)
+	if sr == nil {
+		return ref{}, &InputError{Field: limitField(i, field), Value: size.String(), Allowed: fmt.Sprintf("must be one of the window sizes of namespace %q: %v", n.cfg.Name, n.cfg.WindowSizes)}
+	}
+	j := 0
+	for j < len(pp.groups) && pp.groups[j].sr != sr {
+		j++
+	}
+	if j == len(pp.groups) {
+		pp.groups = append(pp.groups, group{sr: sr})
+	}
+	if l.span() == 0 {
+		pp.groups[j].tighten(l)
+		return ref{refWindow, j}, nil
+	}
+	span := l.Window.Milliseconds()
+	sr.Keep(span)
+	for k := range pp.spans {
+		if s := &pp.spans[k]; s.g == j && s.span == span {
+			s.limit = min(s.limit, l.Limit)
+			return ref{refSpan, k}, nil
+		}
+	}
+	pp.spans = append(pp.spans, sgroup{g: j, span: span, limit: l.Limit})
+	return ref{refSpan, len(pp.spans) - 1}, nil
 }
 
 // checkCost checks a request's cost.
@@ -234,25 +319,34 @@ func addBucket(n *ns, buckets []bgroup, i int, l Limit, now int64) ([]bgroup, in
 }
 
 // sortGroups sorts the window groups by size (insertion sort: a handful),
-// keeping idx pointing at the same groups.
+// keeping idx and spans pointing at the same groups.
 func (p *plan) sortGroups() {
-	groups, idx := p.groups, p.idx
+	groups := p.groups
+	swap := func(g *int, j int) {
+		switch *g {
+		case j:
+			*g = j - 1
+		case j - 1:
+			*g = j
+		}
+	}
 	for i := 1; i < len(groups); i++ {
 		for j := i; j > 0 && groups[j].sr.Size() < groups[j-1].sr.Size(); j-- {
 			groups[j], groups[j-1] = groups[j-1], groups[j]
-			for k := range idx {
-				switch idx[k] {
-				case j:
-					idx[k] = j - 1
-				case j - 1:
-					idx[k] = j
+			for k := range p.idx {
+				if p.idx[k].kind == refWindow {
+					swap(&p.idx[k].j, j)
 				}
+			}
+			for k := range p.spans {
+				swap(&p.spans[k].g, j)
 			}
 		}
 	}
 }
 
-// read takes each window group's windows as of p.now.
+// read takes each window group's windows as of p.now, and each span's
+// older sub-windows.
 func (p *plan) read(key string) {
 	now := p.now
 	for i := range p.groups {
@@ -263,6 +357,37 @@ func (p *plan) read(key string) {
 			g.prev = w.Value(key)
 		}
 	}
+	for i := range p.spans {
+		s := &p.spans[i]
+		s.mid, s.old = 0, 0
+		g := &p.groups[s.g]
+		k := s.span / g.sr.Size()
+		w := g.w
+		for back := int64(1); back <= k; back++ {
+			w = g.older(w, back, now)
+			c := 0.0
+			if w != nil {
+				c = w.Value(key)
+			}
+			if back < k {
+				s.mid += c
+			} else {
+				s.old = c
+			}
+		}
+	}
+}
+
+// older returns the window back windows before the group's current one,
+// nil when it is not held; w is the one before it (back - 1), or nil.
+func (g *group) older(w *shm.Window, back, now int64) *shm.Window {
+	start := g.w.Start() - back*g.sr.Size()
+	if w != nil {
+		if pw := w.Prev(); pw != nil && pw.Start() == start {
+			return pw
+		}
+	}
+	return g.sr.Window(start, false, now)
 }
 
 // tighten records limit l of the group: the smallest sliding and fixed
@@ -279,27 +404,41 @@ func (g *group) tighten(l *Limit) {
 
 // fits reports whether a request of cost fits every limit of window group
 // j when its current window holds before: strategy.WindowFits, the
-// comparison every store makes, against the group's tightest limits.
+// comparison every store makes, against the group's tightest limits, and
+// for the group's spans strategy.SpanFits's.
 func (p *plan) fits(j int, before, cost float64) bool {
 	g := &p.groups[j]
 	if g.fixed != 0 && !strategy.WindowFits(before, g.prev, cost, g.fixed, g.sr.Size(), g.e, true) {
 		return false
 	}
-	return g.sliding == 0 || strategy.WindowFits(before, g.prev, cost, g.sliding, g.sr.Size(), g.e, false)
+	if g.sliding != 0 && !strategy.WindowFits(before, g.prev, cost, g.sliding, g.sr.Size(), g.e, false) {
+		return false
+	}
+	for i := range p.spans {
+		if s := &p.spans[i]; s.g == j && !strategy.WindowFits(before+s.mid, s.old, cost, s.limit, g.sr.Size(), g.e, false) {
+			return false
+		}
+	}
+	return true
 }
 
 // decide writes each limit's state, from the state the executor left, into
 // out and returns the Decision's RetryAfter.
-func (p *plan) decide(allowed bool, out []LimitState) (retry time.Duration) {
+func (p *plan) decide(key string, allowed bool, out []LimitState) (retry time.Duration) {
 	for i := range p.limits {
 		st, l := &out[i], &p.limits[i]
-		if j := p.idx[i]; j >= 0 {
-			g := &p.groups[j]
+		switch r := p.idx[i]; r.kind {
+		case refWindow:
+			g := &p.groups[r.j]
 			ws := g.state()
 			windowLimitState(st, l, &ws, g.before, p.cost, allowed)
-		} else {
-			b := &p.buckets[-1-j]
+		case refSpan:
+			p.spanLimitState(st, l, &p.spans[r.j], key, allowed)
+		case refBucket:
+			b := &p.buckets[r.j]
 			bucketLimitState(st, l, &b.before, &b.after, p.cost, p.now, allowed)
+		case refKeyed:
+			p.keyedLimitState(st, i, &p.keyed[r.j], allowed)
 		}
 		if !st.Allowed {
 			retry = max(retry, st.RetryAfter)

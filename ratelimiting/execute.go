@@ -25,7 +25,19 @@ func (in *Instance) checkLocal(p *plan, key string) bool {
 		return p.peek(key)
 	}
 	defer in.lock(key, p.parts()).unlock()
-	ok := true
+	if len(p.keyed) == 0 {
+		return p.take(key, true)
+	}
+	// Anchored windows and logs are locked first, judged, and counted last,
+	// once everything else took the request.
+	ok := p.take(key, p.lockKeyed(key))
+	p.settleKeyed(ok)
+	return ok
+}
+
+// take counts the request in every window and bucket when ok and every
+// one lets it pass (checkLocal); otherwise it reads their states.
+func (p *plan) take(key string, ok bool) bool {
 	for i := range p.groups {
 		g := &p.groups[i]
 		if !ok {
@@ -83,6 +95,10 @@ func (p *plan) peek(key string) bool {
 		b := &p.buckets[i]
 		p.readBucket(b, key)
 		ok = ok && b.passable
+	}
+	if len(p.keyed) > 0 {
+		ok = p.lockKeyed(key) && ok
+		p.settleKeyed(false)
 	}
 	return ok
 }
@@ -227,7 +243,7 @@ func penalize(p *plan, key string, c counter) error {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(p.limits[a].Limit, p.limits[b].Limit) })
 	for _, i := range order {
-		g := &p.groups[p.idx[i]]
+		g := &p.groups[p.idx[i].j] // penalty takes window limits only
 		if !g.counted {
 			if err := c.count(g, key, p.cost); err != nil {
 				return err
@@ -251,7 +267,7 @@ func penalize(p *plan, key string, c counter) error {
 // was counted, refuses it.
 func denied(p *plan) bool {
 	for i, l := range p.limits {
-		if g := &p.groups[p.idx[i]]; g.counted && !strategy.WindowFits(g.before, g.prev, p.cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
+		if g := &p.groups[p.idx[i].j]; g.counted && !strategy.WindowFits(g.before, g.prev, p.cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
 			return true
 		}
 	}
@@ -270,15 +286,25 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string
 	)
 	limits, windows, tables := lbuf[:0], wbuf[:0], bbuf[:0]
 	for i, l := range p.limits {
-		if j := p.idx[i]; j >= 0 {
-			limits = append(limits, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Fixed: l.fixed()})
-			windows, tables = append(windows, p.groups[j].w), append(tables, nil)
-			continue
+		cl := strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit}
+		var w *shm.Window
+		var t *shm.Buckets
+		switch r := p.idx[i]; r.kind {
+		case refWindow:
+			cl.Fixed, w = l.fixed(), p.groups[r.j].w
+		case refSpan:
+			cl.Precision, w = l.Precision, p.windowOf(i).w
+		case refBucket:
+			b := &p.buckets[r.j]
+			b.t.Get(key, b.rate, p.now) // held, so that the store's answer is kept in the view
+			cl.Kind, cl.Burst, t = uint8(l.Algorithm), b.burst, b.t
+		case refKeyed:
+			cl.Kind = strategy.KindAnchored
+			if l.Algorithm == SlidingLog {
+				cl.Kind = strategy.KindLog
+			}
 		}
-		b := &p.buckets[-1-p.idx[i]]
-		b.t.Get(key, b.rate, p.now) // held, so that the store's answer is kept in the view
-		limits = append(limits, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Kind: uint8(l.Algorithm), Burst: b.burst})
-		windows, tables = append(windows, nil), append(tables, b.t)
+		limits, windows, tables = append(limits, cl), append(windows, w), append(tables, t)
 	}
 	c := strategy.Check{Namespace: n.cfg.Name, Key: key, Cost: p.cost, Now: time.UnixMilli(p.now), Limits: limits}
 	res, ok, err := n.syncer.Check(ctx, c, windows, tables)
@@ -286,23 +312,33 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string
 		return false, false, err
 	}
 	for i, t := range res.Totals {
-		if j := p.idx[i]; j < 0 {
-			b := &p.buckets[-1-j]
+		switch r := p.idx[i]; r.kind {
+		case refBucket:
+			b := &p.buckets[r.j]
 			st := res.Buckets[i]
 			b.after = bucketState{base: st.Level, origin: st.At, rate: b.rate, window: b.t.Window()}
 			b.before, b.counted = b.after, res.Allowed
-			continue
-		}
-		g := &p.groups[p.idx[i]]
-		g.prev, g.counted = t.Previous, res.Allowed
-		if c := g.w.Counter(key); c != nil {
-			g.cur = c.Value() // the store's count plus this node's unpushed hits
-		} else {
-			g.cur = t.Current
-		}
-		g.before = g.cur
-		if res.Allowed {
-			g.before = g.cur - p.cost
+		case refKeyed:
+			k, st := &p.keyed[r.j], res.Buckets[i]
+			k.count, k.at, k.counted, k.before = st.Level, st.At, res.Allowed, st.Level
+			if res.Allowed {
+				k.before = st.Level - p.cost
+			}
+			if k.algo == SlidingLog {
+				p.retry[i] = st.RetryAt
+			}
+		default:
+			g := p.windowOf(i)
+			g.prev, g.counted = t.Previous, res.Allowed
+			if c := g.w.Counter(key); c != nil {
+				g.cur = c.Value() // the store's count plus this node's unpushed hits
+			} else {
+				g.cur = t.Current
+			}
+			g.before = g.cur
+			if res.Allowed {
+				g.before = g.cur - p.cost
+			}
 		}
 	}
 	return res.Allowed, true, nil
@@ -323,8 +359,8 @@ func (in *Instance) checkNearLimit(ctx context.Context, p *plan, n *ns, key stri
 	reach := float64((n.cfg.SyncRate + n.syncer.RTT()).Milliseconds())
 	near := false
 	for i, l := range p.limits {
-		if j := p.idx[i]; j < 0 {
-			b := &p.buckets[-1-j]
+		if r := p.idx[i]; r.kind == refBucket {
+			b := &p.buckets[r.j]
 			p.readBucket(b, key)
 			if !b.passable {
 				return in.checkLocal(p, key), nil
@@ -334,20 +370,24 @@ func (in *Instance) checkNearLimit(ctx context.Context, p *plan, n *ns, key stri
 			near = near || left < max(b.burst/4, 2*b.rate*reach/w)
 			continue
 		}
-		g := &p.groups[p.idx[i]]
+		g := p.windowOf(i)
 		cur := g.w.Value(key)
-		if !strategy.WindowFits(cur, g.prev, p.cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
+		mid, prev, fixed := 0.0, g.prev, l.fixed()
+		if r := p.idx[i]; r.kind == refSpan {
+			mid, prev = p.spans[r.j].mid, p.spans[r.j].old
+		}
+		if !strategy.WindowFits(cur+mid, prev, p.cost, l.Limit, g.sr.Size(), g.e, fixed) {
 			return in.checkLocal(p, key), nil // refused by the view: no need to ask
 		}
-		rate := cur
-		if !l.fixed() {
-			rate += g.prev * weight(g.e, 0, g.sr.Size())
+		rate := cur + mid
+		if !fixed {
+			rate += prev * weight(g.e, 0, g.sr.Size())
 		}
 		perMs := cur / float64(max(g.e, 1))
 		switch {
 		case n.syncer.LastFetch() < g.w.Start():
 			near = true // no fetch yet in this window: "busy" cannot be judged
-		case g.prev >= l.Limit/2 || rate+p.cost > l.Limit-max(2*perMs*reach, l.Limit/4):
+		case mid+prev >= l.Limit/2 || rate+p.cost > l.Limit-max(2*perMs*reach, l.Limit/4):
 			near = true
 		}
 	}

@@ -136,31 +136,42 @@ type ns struct {
 	series []*shm.Series
 	syncer *syncer.Syncer                 // nil when local-only
 	tables atomic.Pointer[[]*shm.Buckets] // bucket tables looked up so far (see bucketTable)
+	anchs  atomic.Pointer[[]*shm.Keyed[strategy.BucketState]]
+	logs   atomic.Pointer[[]*shm.Keyed[strategy.Log]]
+}
+
+// cached returns the table of *list that match accepts, or when none does,
+// the one made by mk, added to the list: a scan of the tables used so far,
+// and the dict's lookup (which locks) the first time.
+func cached[T any](list *atomic.Pointer[[]*T], match func(*T) bool, mk func() *T) *T {
+	if ts := list.Load(); ts != nil {
+		for _, t := range *ts {
+			if match(t) {
+				return t
+			}
+		}
+	}
+	t := mk()
+	for {
+		old := list.Load()
+		var ts []*T
+		if old != nil {
+			ts = append(ts, *old...)
+		}
+		ts = append(ts, t)
+		if list.CompareAndSwap(old, &ts) {
+			return t
+		}
+	}
 }
 
 // bucketTable returns n's table of buckets of kind and window: a scan of
 // the tables used so far, and the dict's lookup the first time.
 func (n *ns) bucketTable(kind uint8, window time.Duration, now int64) *shm.Buckets {
 	w := window.Milliseconds()
-	if ts := n.tables.Load(); ts != nil {
-		for _, t := range *ts {
-			if t.Kind() == kind && t.Window() == w {
-				return t
-			}
-		}
-	}
-	t := n.dict.Buckets(n.cfg.Name, kind, window, n.cfg.Local(), now, func() bool { return !n.closed() })
-	for {
-		old := n.tables.Load()
-		var ts []*shm.Buckets
-		if old != nil {
-			ts = append(ts, *old...)
-		}
-		ts = append(ts, t)
-		if n.tables.CompareAndSwap(old, &ts) {
-			return t
-		}
-	}
+	return cached(&n.tables, func(t *shm.Buckets) bool { return t.Kind() == kind && t.Window() == w }, func() *shm.Buckets {
+		return n.dict.Buckets(n.cfg.Name, kind, window, n.cfg.Local(), now, n.live)
+	})
 }
 
 // bucketsAllowed returns why n cannot hold buckets, nil when it can: a
@@ -473,6 +484,9 @@ func (in *Instance) layout(cfg namespace.Config, dict *shm.Dict) *ns {
 	for _, t := range dict.BucketTables(cfg.Name) {
 		t.SetLocal(cfg.Local())
 	}
+	for _, t := range dict.PendingTables(cfg.Name) {
+		t.SetLocal(cfg.Local())
+	}
 	return n
 }
 
@@ -485,6 +499,7 @@ func (in *Instance) syncConfig(n *ns) syncer.Config {
 		Strategy:  n.cfg.Strategy,
 		Series:    slices.Clone(n.series),
 		Buckets:   func() []*shm.Buckets { return n.dict.BucketTables(n.cfg.Name) },
+		Keyed:     func() []shm.PendingTable { return n.dict.PendingTables(n.cfg.Name) },
 		Now:       in.clock,
 		// The back-off, the down state, the purge schedule and the times
 		// of Stats run on the instance's clock too, so a fake clock

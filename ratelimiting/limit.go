@@ -3,6 +3,7 @@ package ratelimiting
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/ratesync/ratesync/namespace"
@@ -47,6 +48,23 @@ func ParseAlgorithm(s string) (Algorithm, bool) {
 // bucket reports whether the algorithm is a bucket.
 func (a Algorithm) bucket() bool { return a == TokenBucket || a == LeakyBucket }
 
+// keyed reports whether the algorithm keeps a state per key decided as a
+// whole: an anchored window or a sliding log.
+func (a Algorithm) keyed() bool { return a == AnchoredWindow || a == SlidingLog }
+
+// MaxLogLimit is the largest Limit of a SlidingLog, and MaxLogLimit
+// entries the most a log holds per key: a log keeps one entry per
+// millisecond with admitted hits, 16 bytes each, and a cost below
+// Limit / MaxLogLimit is refused, so that its admitted entries weigh at
+// least that much each. Larger limits belong to SlidingWindow with a
+// Precision, which keeps Window / Precision + 1 counters per key.
+const MaxLogLimit = 10_000
+
+// MaxPrecisionWindows is the most sub-windows a SlidingWindow with
+// Precision slides over: Window / Precision is at most this. A decision
+// reads Window / Precision + 1 counters.
+const MaxPrecisionWindows = 60
+
 // Limit is one limit a request is checked against.
 type Limit struct {
 	// Limit is the hits allowed per Window; for buckets the sustained
@@ -63,6 +81,21 @@ type Limit struct {
 	// Burst is a bucket's capacity (TokenBucket, LeakyBucket); 0 means
 	// Limit. It must be 0 for window algorithms.
 	Burst float64
+	// Precision is, for SlidingWindow, the size of the sub-windows it is
+	// counted in: a divisor of Window, at most MaxPrecisionWindows of them,
+	// and one of the namespace's window sizes (Window itself then need not
+	// be). The rate is the counts of the sub-windows that start after
+	// now - Window plus the one holding now - Window, weighted by its share
+	// still inside. 0, or Window itself, is Kong's two-window estimate.
+	Precision time.Duration
+}
+
+// span returns the sub-window size of a precision limit, 0 for any other.
+func (l *Limit) span() time.Duration {
+	if l.Precision > 0 && l.Precision < l.Window {
+		return l.Precision
+	}
+	return 0
 }
 
 // fixed reports whether a window limit counts in fixed windows.
@@ -137,9 +170,7 @@ func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 	case l.Limit-l.Limit != 0 || l.Limit <= 0: // NaN, ±Inf, <= 0
 		return bad("limit", fmt.Sprint(l.Limit), "must be a finite number > 0")
 	case l.Algorithm > LeakyBucket:
-		return bad("algorithm", l.Algorithm.String(), "must be one of sliding_window, fixed_window, token_bucket, leaky_bucket")
-	case l.Algorithm == AnchoredWindow || l.Algorithm == SlidingLog:
-		return bad("algorithm", l.Algorithm.String(), "is not available in this version: use fixed_window or sliding_window")
+		return bad("algorithm", l.Algorithm.String(), "must be one of "+strings.Join(algorithmNames[:], ", "))
 	case l.Fixed && l.Algorithm != SlidingWindow && l.Algorithm != FixedWindow:
 		return bad("fixed", "true", fmt.Sprintf("only applies to sliding_window and fixed_window, not %s", l.Algorithm))
 	case math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) || l.Burst < 0:
@@ -148,8 +179,17 @@ func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 		return bad("burst", fmt.Sprint(l.Burst), fmt.Sprintf("only applies to token_bucket and leaky_bucket, not %s", l.Algorithm))
 	case l.Algorithm.bucket() && (l.Window <= 0 || l.Window%time.Millisecond != 0 || l.Window > namespace.MaxWindowSize):
 		return bad("window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
-	case l.Algorithm.bucket() && penalty:
-		return bad("algorithm", l.Algorithm.String(), "a bucket cannot count denied requests: drop penalty, or use a window algorithm")
+	case (l.Algorithm.bucket() || l.Algorithm.keyed()) && (l.Window <= 0 || l.Window%time.Millisecond != 0 || l.Window > namespace.MaxWindowSize):
+		return bad("window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
+	case (l.Algorithm.bucket() || l.Algorithm.keyed()) && penalty:
+		return bad("algorithm", l.Algorithm.String(), "only sliding_window and fixed_window can count denied requests: drop penalty, or use one of them")
+	case l.Algorithm == SlidingLog && l.Limit > MaxLogLimit:
+		return bad("limit", fmt.Sprint(l.Limit), fmt.Sprintf("must be at most %d for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with precision, e.g. precision %v", MaxLogLimit, suggestPrecision(l.Window)))
+	case l.Algorithm == SlidingLog && cost > 0 && cost < l.Limit/MaxLogLimit:
+		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be 0 or at least %s / %d (%v) for sliding_log: a log holds at most %d entries per key; use sliding_window with precision for finer costs", limitField(i, "limit"), MaxLogLimit, l.Limit/MaxLogLimit, MaxLogLimit)}
+	}
+	if err := validatePrecision(i, l, penalty); err != nil {
+		return err
 	}
 	if fill := l.burst() / l.Limit * float64(l.Window); l.Algorithm.bucket() && !(fill <= float64(namespace.MaxWindowSize)) {
 		return bad("burst", fmt.Sprint(l.Burst), fmt.Sprintf("must let the bucket refill from empty within %v: burst / limit × window is %v", namespace.MaxWindowSize, time.Duration(min(fill, math.MaxInt64))))
@@ -165,4 +205,52 @@ func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most %s (%v): a larger cost can never pass", limitField(i, "limit"), l.Limit)}
 	}
 	return nil
+}
+
+// validatePrecision checks limit i's Precision on its own (that it is a
+// window size of the namespace is prepare's part).
+func validatePrecision(i int, l *Limit, penalty bool) error {
+	p := l.Precision
+	if p == 0 {
+		return nil
+	}
+	bad := func(allowed string) error {
+		return &InputError{Field: limitField(i, "precision"), Value: p.String(), Allowed: allowed}
+	}
+	switch {
+	case l.Algorithm != SlidingWindow || l.Fixed:
+		return bad(fmt.Sprintf("only applies to sliding_window, not %s", l.effective()))
+	case p < 0 || p%time.Millisecond != 0:
+		return bad("must be whole milliseconds > 0 (0 means the window)")
+	case l.Window <= 0 || l.Window%p != 0:
+		return bad(fmt.Sprintf("must divide %s (%v)", limitField(i, "window"), l.Window))
+	case l.Window/p > MaxPrecisionWindows:
+		return bad(fmt.Sprintf("must be at least %s / %d (%v): a window slides over at most %d sub-windows", limitField(i, "window"), MaxPrecisionWindows, l.Window/MaxPrecisionWindows, MaxPrecisionWindows))
+	case l.Window > namespace.MaxWindowSize:
+		return &InputError{Field: limitField(i, "window"), Value: l.Window.String(), Allowed: fmt.Sprintf("must be at most %v", namespace.MaxWindowSize)}
+	case penalty && p < l.Window:
+		return bad("cannot be used with penalty (Kong's penalty counts in its two windows): drop one of them")
+	}
+	return nil
+}
+
+// effective returns the algorithm the limit counts with (Fixed included).
+func (l *Limit) effective() Algorithm {
+	if l.fixed() {
+		return FixedWindow
+	}
+	return l.Algorithm
+}
+
+// suggestPrecision returns a sub-window for a window that a log would hold
+// too many entries of: the window in some 10 sub-windows.
+func suggestPrecision(w time.Duration) time.Duration {
+	if w < 10*time.Millisecond {
+		return w
+	}
+	p := w / 10
+	for w%p != 0 || p%time.Millisecond != 0 {
+		p--
+	}
+	return p
 }

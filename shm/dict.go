@@ -64,6 +64,7 @@ type Dict struct {
 	series  map[seriesKey]*Series
 	buckets map[bucketsKey]*Buckets
 	btabs   atomic.Pointer[map[bucketsKey]*Buckets] // a copy of buckets, read without mu
+	keyed   map[bucketsKey]keyedTable
 }
 
 type seriesKey struct {
@@ -134,7 +135,8 @@ func (d *Dict) Series(ns string, size time.Duration) *Series {
 	return s
 }
 
-// RemoveNamespace drops every series of ns and their counters.
+// RemoveNamespace drops every series of ns and their counters, and its
+// bucket and keyed tables.
 func (d *Dict) RemoveNamespace(ns string) {
 	d.mu.Lock()
 	var gone []*Series
@@ -152,11 +154,21 @@ func (d *Dict) RemoveNamespace(ns string) {
 		}
 	}
 	d.publishBuckets()
+	var goneK []keyedTable
+	for k, t := range d.keyed {
+		if k.namespace == ns {
+			goneK = append(goneK, t)
+			delete(d.keyed, k)
+		}
+	}
 	d.mu.Unlock()
 	for _, s := range gone {
 		s.removeAll()
 	}
 	for _, t := range goneB {
+		t.removeAll()
+	}
+	for _, t := range goneK {
 		t.removeAll()
 	}
 }
@@ -220,6 +232,9 @@ func (d *Dict) sweep(now int64) int {
 	}
 	for _, t := range d.allBuckets() {
 		removed += t.Expire(now)
+	}
+	for _, t := range d.allKeyed() {
+		removed += t.expire(now)
 	}
 	need := d.entries.Load() - int64(lowMark*float64(d.capacity.Load()))
 	if need <= 0 {

@@ -36,6 +36,9 @@ type Series struct {
 	pinned atomic.Bool
 	// closed is set when the namespace goes away; see Closed.
 	closed atomic.Bool
+	// span is the longest sliding window read over the series' windows,
+	// ms: size, or more for sub-windows of a precision (see Keep).
+	span atomic.Int64
 
 	cur     atomic.Pointer[Window] // the newest window
 	mu      sync.Mutex             // guards windows
@@ -46,6 +49,26 @@ type Series struct {
 
 // Size returns the window size in milliseconds.
 func (s *Series) Size() int64 { return s.size }
+
+// Keep makes the series hold its windows while a sliding window of span
+// ms (a multiple of its size) reads them: the last span/size + 1 windows,
+// not only the current and the previous one. The longest span kept wins.
+func (s *Series) Keep(span int64) {
+	for {
+		old := s.span.Load()
+		if span <= old || s.span.CompareAndSwap(old, span) {
+			return
+		}
+	}
+}
+
+// Span returns the longest sliding window read over the series, ms: its
+// size unless Keep asked for more.
+func (s *Series) Span() int64 { return max(s.span.Load(), s.size) }
+
+// Depth returns how many windows the series holds for its readers:
+// Span/Size + 1.
+func (s *Series) Depth() int { return int(s.Span()/s.size) + 1 }
 
 // SetLocal marks the series local-only (its diffs are never pushed, so they
 // are not listed, and eviction may drop any counter) or not. A series that
@@ -139,7 +162,8 @@ func (s *Series) Empty() bool {
 }
 
 // Expire drops the windows that are older than the previous window as of
-// now and hold no diff waiting for the syncer. It returns how many counters
+// now (older than the last Depth windows with Keep) and hold no diff
+// waiting for the syncer. It returns how many counters
 // it dropped.
 func (s *Series) Expire(now int64) int {
 	s.mu.Lock()
@@ -148,7 +172,7 @@ func (s *Series) Expire(now int64) int {
 }
 
 func (s *Series) expireLocked(now int64) int {
-	cutoff := s.StartOf(now) - s.size // windows before the previous one
+	cutoff := s.StartOf(now) - s.Span() // windows before the oldest one read
 	local := s.local.Load()
 	dropped, kept := 0, s.windows[:0]
 	for _, w := range s.windows {

@@ -73,7 +73,7 @@ type BucketState struct {
 // dated by the first of those hits: the store adds it with BucketAdd at At,
 // draining at Rate. For an anchored window or a log it is the cost of the
 // hits of one millisecond, At, that the node counted on its own (Rate is
-// the limit; stores only check it).
+// not used: nodes send 1).
 type BucketDiff struct {
 	Namespace string
 	Key       string

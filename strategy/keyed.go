@@ -87,9 +87,11 @@ func (l *Log) Trim(now, window int64) {
 	if n == 0 {
 		return
 	}
-	l.Entries = append(l.Entries[:0], l.Entries[n:]...)
+	// Re-sliced, not copied: a trim costs what it drops, and the space
+	// before the slice goes when an append next moves the entries.
+	l.Entries = l.Entries[n:]
 	if len(l.Entries) == 0 {
-		l.Sum = 0
+		l.Entries, l.Sum = nil, 0
 	}
 }
 

@@ -25,6 +25,26 @@ func takePending(c *conf, t *shm.Buckets, key string, out []strategy.BucketDiff)
 	return out
 }
 
+// takeKeyed appends the hits of anchored windows and logs counted on this
+// node (key's only, when key is not empty) to out as diffs: each the cost
+// of one millisecond (see strategy.BucketDiff). Rate is not used for them:
+// it is 1.
+func takeKeyed(c *conf, key string, out []strategy.BucketDiff) []strategy.BucketDiff {
+	if c.Keyed == nil || !c.buckets {
+		return out
+	}
+	for _, t := range c.Keyed() {
+		if !t.HasPending() {
+			continue
+		}
+		window := time.Duration(t.Window()) * time.Millisecond
+		t.TakePending(key, func(k string, at int64, cost float64) {
+			out = append(out, strategy.BucketDiff{Namespace: c.Namespace, Key: k, Kind: t.Kind(), Window: window, At: at, Cost: cost, Rate: 1})
+		})
+	}
+	return out
+}
+
 // installBucket sets key's bucket in t to st, the store's state, plus the
 // diffs of it still in flight and what is pending, as of now. Callers hold
 // lane.mu.

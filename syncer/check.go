@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
@@ -116,6 +115,7 @@ func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window
 			buckets = takePending(c, t, key, buckets)
 		}
 	}
+	buckets = takeKeyed(c, key, buckets)
 	for i, w := range windows {
 		if w == nil || slices.Contains(windows[:i], w) {
 			continue // limits of one size share their windows
@@ -125,10 +125,7 @@ func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window
 				continue
 			}
 			if v := x.TakeKey(key); v != 0 {
-				diffs = append(diffs, strategy.Diff{
-					Namespace: c.Namespace, Key: key, WindowStart: x.StartTime(),
-					WindowSize: time.Duration(x.Series().Size()) * time.Millisecond, Value: v,
-				})
+				diffs = append(diffs, diffOf(c, x.Series(), x.Start(), key, v))
 			}
 		}
 	}
@@ -200,10 +197,19 @@ func (s *Syncer) settleCheck(r *checkReq, res strategy.CheckResult, now int64) {
 			continue
 		}
 		w := r.windows[j]
+		if w == nil {
+			continue // an anchored window or a log: the store keeps it
+		}
 		sr := w.Series()
-		w.SetSynced(key, t.Current+s.inflightOf(counterID{sr.Size(), w.Start(), key}), true, now)
-		if p := sr.Window(w.Start()-sr.Size(), true, now); p != nil {
-			p.SetSynced(key, t.Previous+s.inflightOf(counterID{sr.Size(), p.Start(), key}), true, now)
+		counts := []float64{t.Current, t.Previous}
+		if j < len(res.Windows) && res.Windows[j] != nil {
+			counts = res.Windows[j]
+		}
+		for back, v := range counts {
+			start := w.Start() - int64(back)*sr.Size()
+			if x := sr.Window(start, true, now); x != nil {
+				x.SetSynced(key, v+s.inflightOf(counterID{sr.Size(), start, key}), true, now)
+			}
 		}
 	}
 }

@@ -287,11 +287,7 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	first := len(diffs)
 	now := s.clock.ms()
 	for _, r := range batch {
-		diffs = append(diffs, strategy.Diff{
-			Namespace: c.Namespace, Key: r.key,
-			WindowStart: r.w.StartTime(), WindowSize: time.Duration(r.w.Series().Size()) * time.Millisecond,
-			Value: r.v,
-		})
+		diffs = append(diffs, diffOf(c, r.w.Series(), r.w.Start(), r.key, r.v))
 		// In flight: the view keeps it until the store's total replaces it.
 		r.c = r.w.AddTaken(r.key, r.v, now)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -85,6 +86,11 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 			t.Expire(now)
 		}
 	}
+	if c.Keyed != nil {
+		for _, t := range c.Keyed() {
+			t.Expire(now)
+		}
+	}
 	s.pruneRetired(now)
 	switch {
 	case err == nil && s.health.down:
@@ -147,12 +153,8 @@ func (s *Syncer) newBatch(c *conf, diffs []strategy.Diff) *strategy.Batch {
 func (s *Syncer) takeBatch(c *conf) *strategy.Batch {
 	var diffs []strategy.Diff
 	for _, sr := range c.pushing {
-		size := time.Duration(sr.Size()) * time.Millisecond
 		sr.Take(func(start int64, key string, v float64) {
-			diffs = append(diffs, strategy.Diff{
-				Namespace: c.Namespace, Key: key,
-				WindowStart: time.UnixMilli(start), WindowSize: size, Value: v,
-			})
+			diffs = append(diffs, diffOf(c, sr, start, key, v))
 		})
 	}
 	var buckets []strategy.BucketDiff
@@ -161,12 +163,25 @@ func (s *Syncer) takeBatch(c *conf) *strategy.Batch {
 			buckets = takePending(c, t, "", buckets)
 		}
 	}
+	buckets = takeKeyed(c, "", buckets)
 	if len(diffs)+len(buckets) == 0 {
 		return nil
 	}
 	b := s.newBatch(c, diffs)
 	b.Buckets = buckets
 	return b
+}
+
+// diffOf returns the diff of v in key's counter of sr's window at start.
+func diffOf(c *conf, sr *shm.Series, start int64, key string, v float64) strategy.Diff {
+	d := strategy.Diff{
+		Namespace: c.Namespace, Key: key,
+		WindowStart: time.UnixMilli(start), WindowSize: time.Duration(sr.Size()) * time.Millisecond, Value: v,
+	}
+	if span := sr.Span(); span > sr.Size() {
+		d.Span = time.Duration(span) * time.Millisecond
+	}
+	return d
 }
 
 // send pushes b.
@@ -181,13 +196,14 @@ func (s *Syncer) send(ctx context.Context, b strategy.Batch) error {
 }
 
 // dropLate removes from b the diffs whose window is older than the previous
-// window of its size as of now, and counts them. b may be in flight.
+// window of its size as of now (than the oldest a span reads, for diffs of
+// sub-windows), and counts them. b may be in flight.
 func (s *Syncer) dropLate(b *strategy.Batch, now int64) int {
 	inFlight := slices.Contains(s.lane.inflight, b)
 	kept := b.Diffs[:0]
 	for _, d := range b.Diffs {
 		size, start := d.WindowSize.Milliseconds(), d.WindowStart.UnixMilli()
-		if start < strategy.WindowStart(time.UnixMilli(now), d.WindowSize).UnixMilli()-size {
+		if start < strategy.WindowStart(time.UnixMilli(now), d.WindowSize).UnixMilli()-max(size, d.Span.Milliseconds()) {
 			if inFlight {
 				s.subInflight(counterID{size, start, d.Key}, d.Value)
 			}

@@ -117,14 +117,28 @@ func (s *Syncer) purgeIfDue(ctx context.Context, next time.Time) time.Time {
 // affect a rate.
 func (s *Syncer) purge(ctx context.Context) {
 	c := s.conf.Load()
-	sizes := make([]time.Duration, 0, len(c.Series))
-	for _, sr := range c.Series {
-		sizes = append(sizes, time.Duration(sr.Size())*time.Millisecond)
-	}
+	now := s.clock.ms()
+	// Sizes read over a longer span are purged as of now moved back by
+	// the span's extra windows, so that the span's windows stay.
+	var sizes []time.Duration
+	var err error
+	back := int64(0)
 	pctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	t0 := s.clock.now()
-	err := c.Strategy.Purge(pctx, c.Namespace, sizes, time.UnixMilli(s.clock.ms()))
+	purge := func() {
+		if len(sizes) > 0 && err == nil {
+			err = c.Strategy.Purge(pctx, c.Namespace, sizes, time.UnixMilli(now-back))
+		}
+	}
+	for _, sr := range c.Series {
+		if b := sr.Span() - sr.Size(); b != back {
+			purge()
+			sizes, back = sizes[:0], b
+		}
+		sizes = append(sizes, time.Duration(sr.Size())*time.Millisecond)
+	}
+	purge()
 	if err != nil && !errors.Is(err, context.Canceled) {
 		c.Logger.Warn("ratesync: purge failed", "namespace", c.Namespace, "err", err)
 	}

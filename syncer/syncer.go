@@ -29,10 +29,11 @@ type Config struct {
 	Node      string        // push lane: Batch.Node of every batch
 	Rate      time.Duration // > 0 periodic, 0 synchronous, < 0 never
 	Strategy  strategy.Strategy
-	Series    []*shm.Series         // one per window size of the namespace
-	Buckets   func() []*shm.Buckets // the namespace's bucket tables now; may be nil
-	Now       func() int64          // namespace clock, Unix milliseconds: window arithmetic
-	Seq       *atomic.Uint64        // node-wide batch numbering, shared by all namespaces
+	Series    []*shm.Series             // one per window size of the namespace
+	Buckets   func() []*shm.Buckets     // the namespace's bucket tables now; may be nil
+	Keyed     func() []shm.PendingTable // the namespace's anchored windows and logs now; may be nil
+	Now       func() int64              // namespace clock, Unix milliseconds: window arithmetic
+	Seq       *atomic.Uint64            // node-wide batch numbering, shared by all namespaces
 
 	// Clock is the time of the syncer's decisions at full resolution:
 	// back-off and down state, purge schedule, Stats' times, durations. Now
