@@ -1,0 +1,189 @@
+package ratelimiting_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy/memory"
+)
+
+func TestAnchoredWindow(t *testing.T) {
+	for _, mode := range []string{"local", "synchronous"} {
+		t.Run(mode, func(t *testing.T) {
+			clk := newClock(t0.Add(123 * time.Millisecond))
+			in := instanceIn(t, clk, mode)
+			l := ratelimiting.Limit{Limit: 3, Window: time.Second, Algorithm: ratelimiting.AnchoredWindow}
+			if d := allow(t, in, "ns", "k", 0, l); !d.Allowed || d.Limits[0].Reset != 0 || d.Limits[0].Remaining != 3 {
+				t.Fatalf("a peek on a new key: %+v, want no window", d)
+			}
+			clk.Advance(100 * time.Millisecond)
+			if d := allow(t, in, "ns", "k", 0, l); d.Limits[0].Reset != 0 {
+				t.Fatalf("a peek opened a window: %+v", d)
+			}
+			d := allow(t, in, "ns", "k", 1, l) // opens [a, a+1s)
+			if !d.Allowed || d.Limits[0].Reset != time.Second || d.Limits[0].Remaining != 2 || d.Limits[0].Rate != 1 {
+				t.Fatalf("first hit: %+v, want allowed, reset 1s, 2 remaining", d)
+			}
+			clk.Advance(400 * time.Millisecond)
+			allow(t, in, "ns", "k", 2, l)
+			d = allow(t, in, "ns", "k", 1, l)
+			if d.Allowed || d.RetryAfter != 600*time.Millisecond || d.Limits[0].Reset != 600*time.Millisecond {
+				t.Fatalf("over the limit: %+v, want denied, retry after 600ms", d)
+			}
+			clk.Advance(599 * time.Millisecond)
+			if d := allow(t, in, "ns", "k", 1, l); d.Allowed || d.RetryAfter != time.Millisecond {
+				t.Fatalf("1 ms before the window closes: %+v", d)
+			}
+			clk.Advance(time.Millisecond)
+			if d := allow(t, in, "ns", "k", 3, l); !d.Allowed || d.Limits[0].Reset != time.Second || d.Limits[0].Remaining != 0 {
+				t.Fatalf("at the window's end: %+v, want a new window holding 3", d)
+			}
+		})
+	}
+}
+
+func TestSlidingLog(t *testing.T) {
+	for _, mode := range []string{"local", "synchronous"} {
+		t.Run(mode, func(t *testing.T) {
+			clk := newClock(t0.Add(77 * time.Millisecond))
+			in := instanceIn(t, clk, mode)
+			l := ratelimiting.Limit{Limit: 4, Window: time.Second, Algorithm: ratelimiting.SlidingLog}
+			allow(t, in, "ns", "k", 1, l)
+			allow(t, in, "ns", "k", 1, l)
+			clk.Advance(500 * time.Millisecond)
+			if d := allow(t, in, "ns", "k", 1.5, l); !d.Allowed || d.Limits[0].Rate != 3.5 || d.Limits[0].Remaining != 0 || d.Limits[0].Reset != time.Second {
+				t.Fatalf("third hit: %+v, want rate 3.5, none remaining, reset 1s", d)
+			}
+			clk.Advance(100 * time.Millisecond)
+			d := allow(t, in, "ns", "k", 1, l)
+			if d.Allowed || d.RetryAfter != 400*time.Millisecond {
+				t.Fatalf("over the limit: %+v, want retry after 400ms (the first hits stop weighing)", d)
+			}
+			if d := allow(t, in, "ns", "k", 3, l); d.Allowed || d.RetryAfter != 900*time.Millisecond {
+				t.Fatalf("cost 3: %+v, want retry after 900ms (both entries gone)", d)
+			}
+			clk.Advance(399 * time.Millisecond)
+			if d := allow(t, in, "ns", "k", 1, l); d.Allowed || d.RetryAfter != time.Millisecond {
+				t.Fatalf("1 ms before: %+v", d)
+			}
+			clk.Advance(time.Millisecond)
+			if d := allow(t, in, "ns", "k", 2.5, l); !d.Allowed || d.Limits[0].Rate != 4 {
+				t.Fatalf("at RetryAfter: %+v, want allowed, rate 4", d)
+			}
+		})
+	}
+}
+
+func TestPrecision(t *testing.T) {
+	for _, mode := range []string{"local", "synchronous"} {
+		t.Run(mode, func(t *testing.T) {
+			clk := newClock(t0.Add(40 * time.Second))
+			in := instanceIn(t, clk, mode)
+			l := ratelimiting.Limit{Limit: 10, Window: 3 * time.Second, Precision: time.Second}
+			// Sub-windows, oldest first: 4, 2, 1, then the current one.
+			for _, n := range []float64{4, 2, 1} {
+				if d := allow(t, in, "ns", "k", n, l); !d.Allowed {
+					t.Fatalf("seeding %v: %+v", n, d)
+				}
+				clk.Advance(time.Second)
+			}
+			allow(t, in, "ns", "k", 1, l)
+			// 249 ms in: 1 + 1 + 2 + 4*0.751 > 7, so a cost of 3 waits 1 ms.
+			clk.Advance(249 * time.Millisecond)
+			d := allow(t, in, "ns", "k", 3, l)
+			if d.Allowed || d.RetryAfter != time.Millisecond {
+				t.Fatalf("1 ms early: %+v, want denied, retry after 1ms", d)
+			}
+			if st := d.Limits[0]; !near(st.Rate, 7.004) || st.Remaining != 2 || st.Reset != 751*time.Millisecond+3*time.Second {
+				t.Fatalf("state %+v, want rate 7.004, 2 remaining, reset 3.751s", st)
+			}
+			clk.Advance(time.Millisecond)
+			if d := allow(t, in, "ns", "k", 3, l); !d.Allowed || d.Limits[0].Rate != 10 {
+				t.Fatalf("an exact fit: %+v", d)
+			}
+			// The precision's counters are the namespace's own windows of 1s.
+			if w := slide(t, in, "ns", "k", time.Second); w.Current != 4 || w.Previous != 1 {
+				t.Fatalf("SlidingWindow(1s): %+v, want current 4, previous 1", w)
+			}
+			// Precision equal to the window is Kong's two-window rate.
+			kong := ratelimiting.Limit{Limit: 10, Window: time.Second}
+			same := ratelimiting.Limit{Limit: 10, Window: time.Second, Precision: time.Second}
+			a, b := allow(t, in, "ns", "k", 0, kong), allow(t, in, "ns", "k", 0, same)
+			if a.Limits[0].Rate != b.Limits[0].Rate || a.Limits[0].Remaining != b.Limits[0].Remaining {
+				t.Fatalf("precision = window: %+v, want Kong's %+v", b.Limits[0], a.Limits[0])
+			}
+		})
+	}
+}
+
+// instanceIn returns an instance on clk with namespace "ns" of windows 1s
+// and 1m, local-only or synchronous on the memory store.
+func instanceIn(t *testing.T, clk *fakeClock, mode string) *ratelimiting.Instance {
+	t.Helper()
+	in := newInstance(t, clk)
+	cfg := local("ns", time.Second, time.Minute)
+	if mode == "synchronous" {
+		cfg = synced("ns", namespace.Synchronous, memory.New(), time.Second, time.Minute)
+	}
+	mustNew(t, in, cfg)
+	return in
+}
+
+func TestKeyedRacesAreExact(t *testing.T) {
+	for _, mode := range []string{"local", "synchronous"} {
+		for _, a := range []ratelimiting.Algorithm{ratelimiting.AnchoredWindow, ratelimiting.SlidingLog} {
+			t.Run(mode+"/"+a.String(), func(t *testing.T) {
+				in := instanceIn(t, newClock(t0), mode)
+				l := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: a}
+				// With a window limit beside, so that both are taken or neither.
+				w := ratelimiting.Limit{Limit: 1000, Window: time.Minute}
+				var passed atomic.Int64
+				var wg sync.WaitGroup
+				for range 8 {
+					wg.Go(func() {
+						for range 50 {
+							d, err := in.Allow(context.Background(), "ns", "k", 1, l, w)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if d.Allowed {
+								passed.Add(1)
+							}
+						}
+					})
+				}
+				wg.Wait()
+				if passed.Load() != 100 {
+					t.Fatalf("%d of 400 passed, want exactly 100", passed.Load())
+				}
+				if win := slide(t, in, "ns", "k", time.Minute); win.Current != 100 {
+					t.Fatalf("the window beside counted %v, want 100", win.Current)
+				}
+			})
+		}
+	}
+}
+
+func TestKeyedRefusedInPeriodicNamespaces(t *testing.T) {
+	in := newInstance(t, newClock(t0))
+	mustNew(t, in, synced("ns", time.Second, memory.New(), time.Minute))
+	for a, instead := range map[ratelimiting.Algorithm]string{ratelimiting.SlidingLog: "precision", ratelimiting.AnchoredWindow: "fixed_window"} {
+		_, err := in.Allow(context.Background(), "ns", "k", 1, ratelimiting.Limit{Limit: 5, Window: time.Minute, Algorithm: a})
+		var ie *ratelimiting.InputError
+		if !errors.As(err, &ie) || ie.Field != "limits[0].algorithm" || !strings.Contains(err.Error(), a.String()) || !strings.Contains(err.Error(), instead) {
+			t.Errorf("%s in a periodic namespace: %v, want an InputError naming it and %q", a, err, instead)
+		}
+	}
+	// Precision syncs periodically.
+	if _, err := in.Allow(context.Background(), "ns", "k", 1, ratelimiting.Limit{Limit: 5, Window: 3 * time.Minute, Precision: time.Minute}); err != nil {
+		t.Fatalf("precision in a periodic namespace: %v", err)
+	}
+}
