@@ -2,6 +2,7 @@ package ratelimiting_test
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -24,7 +25,7 @@ func heapAlloc() float64 {
 // 20-byte keys in one window size, after GC, beside a plain
 // map[string]int64 that owns copies of the same keys (B/counter-map).
 func BenchmarkMemoryPerCounter(b *testing.B) {
-	memoryPerKey(b, "counter", func(in *ratelimiting.Instance, key string) error {
+	memoryPerKey(b, "counter", 1_000_000, 1, func(in *ratelimiting.Instance, key string) error {
 		_, err := in.Increment(context.Background(), "ns", key, time.Minute, 1)
 		return err
 	})
@@ -33,17 +34,36 @@ func BenchmarkMemoryPerCounter(b *testing.B) {
 // MemoryPerBucket measures the heap one token bucket costs, the same way.
 func BenchmarkMemoryPerBucket(b *testing.B) {
 	l := ratelimiting.Limit{Limit: 10, Window: time.Second, Algorithm: ratelimiting.TokenBucket}
-	memoryPerKey(b, "bucket", func(in *ratelimiting.Instance, key string) error {
+	memoryPerKey(b, "bucket", 1_000_000, 1, func(in *ratelimiting.Instance, key string) error {
 		_, err := in.AllowOne(context.Background(), "ns", key, 1, l)
 		return err
 	})
 }
 
-// memoryPerKey reports the heap per key (B/<what>) that hit leaves for
-// 1,000,000 20-byte keys on a local namespace, after GC, beside a
-// map[string]int64 owning copies of the keys (B/<what>-map, x-map).
-func memoryPerKey(b *testing.B, what string, hit func(in *ratelimiting.Instance, key string) error) {
-	const n = 1_000_000
+// MemoryPerLog measures the heap one sliding log of limit 100 costs when
+// full, 100 entries, the same way on 100,000 keys: each key gets one
+// admitted hit per millisecond on a log of 100 per 100 ms. full: 100 hits
+// each, as a log first fills; steady: 200 each, where every hit from the
+// 101st on trims the oldest entry and appends one, as on a key held at its
+// limit. Every hit must be admitted.
+func BenchmarkMemoryPerLog(b *testing.B) {
+	l := ratelimiting.Limit{Limit: 100, Window: 100 * time.Millisecond, Algorithm: ratelimiting.SlidingLog}
+	hit := func(in *ratelimiting.Instance, key string) error {
+		st, err := in.AllowOne(context.Background(), "ns", key, 1, l)
+		if err == nil && !st.Allowed {
+			err = fmt.Errorf("key %s: hit denied: %+v", key, st)
+		}
+		return err
+	}
+	b.Run("full", func(b *testing.B) { memoryPerKey(b, "log", 100_000, 100, hit) })
+	b.Run("steady", func(b *testing.B) { memoryPerKey(b, "log", 100_000, 200, hit) })
+}
+
+// memoryPerKey reports the heap per key (B/<what>) that rounds calls of hit
+// on each of n 20-byte keys leave on a local namespace, after GC, beside a
+// map[string]int64 owning copies of the keys (B/<what>-map, x-map). Each
+// round hits every key once; the clock moves 1 ms between rounds.
+func memoryPerKey(b *testing.B, what string, n, rounds int, hit func(in *ratelimiting.Instance, key string) error) {
 	keys := benchKeys(n)
 	clk := newClock(t0)
 	ctx := context.Background()
@@ -56,12 +76,15 @@ func memoryPerKey(b *testing.B, what string, hit func(in *ratelimiting.Instance,
 		if err := in.New(cfg); err != nil {
 			b.Fatal(err)
 		}
-		for _, k := range keys {
-			if err := hit(in, k); err != nil {
-				b.Fatal(err)
+		for range rounds {
+			for _, k := range keys {
+				if err := hit(in, k); err != nil {
+					b.Fatal(err)
+				}
 			}
+			clk.Advance(time.Millisecond)
 		}
-		per = (heapAlloc() - before) / n
+		per = (heapAlloc() - before) / float64(n)
 		if got := in.Stats()[0].Dict.Entries; got != n {
 			b.Fatalf("%d entries, want %d", got, n)
 		}
@@ -73,7 +96,7 @@ func memoryPerKey(b *testing.B, what string, hit func(in *ratelimiting.Instance,
 		for _, k := range keys {
 			m[strings.Clone(k)]++
 		}
-		perMap = (heapAlloc() - before) / n
+		perMap = (heapAlloc() - before) / float64(n)
 		runtime.KeepAlive(m)
 	}
 	b.ReportMetric(per, "B/"+what)

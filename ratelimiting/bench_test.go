@@ -22,7 +22,9 @@ import (
 //
 //	x-floor: ns/op over BenchmarkBaselineMapAtomic (xsync MapOf.Load plus an
 //	         atomic add: the least an increment of a shared counter costs);
-//	x-xrate: ns/op over BenchmarkBaselineXTimeRate (x/time/rate Allow).
+//	x-xrate: ns/op over BenchmarkBaselineXTimeRate (x/time/rate Allow);
+//	x-sliding (BenchmarkAlgorithms): ns/op over the same call with a plain
+//	         sliding window limit.
 //
 // They use the default coarse clock, as production does.
 
@@ -89,7 +91,14 @@ const chunk = 256
 // ratios (x-floor, x-xrate). Go's own ns/op covers the three together.
 // parallel runs GOMAXPROCS goroutines, op and the floor over 1,000 keys.
 func interleaved(b *testing.B, parallel bool, op func(i int)) {
-	var self, floor, xr atomic.Int64
+	interleavedWith(b, parallel, op, nil)
+}
+
+// interleavedWith is interleaved with one more baseline in the rotation
+// when ref is not nil (not parallel): it reports ns/op-sliding, ref's ns
+// per call, and x-sliding, op's time over ref's.
+func interleavedWith(b *testing.B, parallel bool, op, ref func(i int)) {
+	var self, floor, xr, rf atomic.Int64
 	run := func(i0, n int, one func(i int), into *atomic.Int64) {
 		t0 := time.Now()
 		for i := i0; i < i0+n; i++ {
@@ -116,6 +125,9 @@ func interleaved(b *testing.B, parallel bool, op func(i int)) {
 		for i := 0; i < b.N; i += chunk {
 			run(i, chunk, op, &self)
 			run(i, chunk, floorOne, &floor)
+			if ref != nil { // after a baseline, as op is: neither follows the other
+				run(i, chunk, ref, &rf)
+			}
 			run(i, chunk, xrateOp, &xr)
 		}
 	}
@@ -125,6 +137,10 @@ func interleaved(b *testing.B, parallel bool, op func(i int)) {
 	b.ReportMetric(float64(self.Load())/float64(floor.Load()), "x-floor")
 	if !parallel {
 		b.ReportMetric(float64(self.Load())/float64(xr.Load()), "x-xrate")
+	}
+	if ref != nil && !parallel {
+		b.ReportMetric(float64(rf.Load())/calls, "ns/op-sliding")
+		b.ReportMetric(float64(self.Load())/float64(rf.Load()), "x-sliding")
 	}
 }
 
@@ -136,9 +152,9 @@ func benchKeys(n int) []string {
 	return keys
 }
 
-func benchInstance(b *testing.B, cfg namespace.Config) *ratelimiting.Instance {
+func benchInstance(b *testing.B, cfg namespace.Config, opts ...ratelimiting.Option) *ratelimiting.Instance {
 	b.Helper()
-	in := ratelimiting.NewInstance("bench", quiet)
+	in := ratelimiting.NewInstance("bench", append([]ratelimiting.Option{quiet}, opts...)...)
 	b.Cleanup(func() { _ = in.Close(context.Background()) })
 	if err := in.New(cfg); err != nil {
 		b.Fatal(err)
@@ -313,4 +329,98 @@ func BenchmarkBucketAllow(b *testing.B) {
 	l := ratelimiting.Limit{Limit: 1e12, Window: time.Second, Algorithm: ratelimiting.TokenBucket, Burst: 1e6}
 	b.ResetTimer()
 	interleaved(b, false, func(int) { in.Allow(ctx, "ns", "user:000000000000042", 1, l) })
+}
+
+// BenchmarkAlgorithms is one decision of cost 1 on an existing key of a
+// local namespace for each algorithm, through AllowOne and through Allow.
+// Beside the floor and x/time/rate, its rotation holds a third baseline:
+// the same call with a plain sliding window limit (1 min, never reached) on
+// an Instance of its own (ns/op-sliding, x-sliding). Each Instance has a
+// clock of its own that every one of its decisions first steps by 1 ms,
+// the measured one's and the sliding window's alike, so that:
+//
+//	sliding-window      is the baseline against itself (x-sliding near 1);
+//	sliding-log-100     a log of limit 100 over 100 ms admits each hit at a
+//	                    millisecond of its own and holds 100 entries: every
+//	                    hit trims the oldest and appends one, leaving the
+//	                    key at its limit (Remaining 0);
+//	sliding-log-10000   the same at the largest limit, 10,000 over 10 s;
+//	anchored            an anchored window of 1 min, never full, opened
+//	                    anew every 60,000 hits;
+//	precision-10s-of-1m a sliding window of 1 min counted in 10 s
+//	                    sub-windows (1/6 of the window): 7 counters read.
+//
+// The logs are filled before the timer starts; every decision must be
+// allowed, and a log's must leave it full (Rate = Limit), or the benchmark
+// fails. allocs/op-self is the measured call's own allocations
+// (testing.AllocsPerRun after the timed loop); Go's allocs/op counts the
+// whole rotation.
+func BenchmarkAlgorithms(b *testing.B) {
+	type alg struct {
+		name  string
+		sizes []time.Duration // the namespace's window sizes
+		limit ratelimiting.Limit
+		fill  int // decisions before the timer starts
+	}
+	sliding := ratelimiting.Limit{Limit: 1e12, Window: time.Minute}
+	algs := []alg{
+		{"sliding-window", []time.Duration{time.Minute}, sliding, 1},
+		{"sliding-log-100", []time.Duration{time.Minute}, ratelimiting.Limit{Limit: 100, Window: 100 * time.Millisecond, Algorithm: ratelimiting.SlidingLog}, 200},
+		{"sliding-log-10000", []time.Duration{time.Minute}, ratelimiting.Limit{Limit: 10_000, Window: 10 * time.Second, Algorithm: ratelimiting.SlidingLog}, 20_000},
+		{"anchored", []time.Duration{time.Minute}, ratelimiting.Limit{Limit: 1e12, Window: time.Minute, Algorithm: ratelimiting.AnchoredWindow}, 1},
+		{"precision-10s-of-1m", []time.Duration{10 * time.Second}, ratelimiting.Limit{Limit: 1e12, Window: time.Minute, Precision: 10 * time.Second}, 1},
+	}
+	const key = "user:000000000000042"
+	for _, api := range []string{"AllowOne", "Allow"} {
+		for _, a := range algs {
+			b.Run(api+"/"+a.name, func(b *testing.B) {
+				op, last := stepped(b, api, a.sizes, a.limit, key)
+				ref, _ := stepped(b, api, []time.Duration{time.Minute}, sliding, key)
+				for i := range a.fill {
+					op(i)
+				}
+				ref(0)
+				check := func(when string) {
+					st := *last
+					if !st.Allowed || a.limit.Algorithm == ratelimiting.SlidingLog && st.Rate != a.limit.Limit {
+						b.Fatalf("%s: %+v, want allowed (and a log full, rate %v)", when, st, a.limit.Limit)
+					}
+				}
+				check("after the fill")
+				b.ResetTimer()
+				interleavedWith(b, false, op, ref)
+				check("after the run")
+				b.ReportMetric(testing.AllocsPerRun(1000, func() { op(0) }), "allocs/op-self")
+				check("after counting allocations")
+			})
+		}
+	}
+}
+
+// stepped returns a decision of cost 1 on key against l through api
+// (AllowOne or Allow), on a local Instance of its own whose clock the
+// decision first steps by 1 ms, and where it leaves the limit's state.
+func stepped(b *testing.B, api string, sizes []time.Duration, l ratelimiting.Limit, key string) (op func(int), last *ratelimiting.LimitState) {
+	clk := newClock(t0)
+	in := benchInstance(b, local("ns", sizes...), ratelimiting.WithClock(clk.Now))
+	ctx := context.Background()
+	last = new(ratelimiting.LimitState)
+	if api == "AllowOne" {
+		return func(int) {
+			clk.Advance(time.Millisecond)
+			st, err := in.AllowOne(ctx, "ns", key, 1, l)
+			if err != nil {
+				b.Fatal(err)
+			}
+			*last = st
+		}, last
+	}
+	return func(int) {
+		clk.Advance(time.Millisecond)
+		d, err := in.Allow(ctx, "ns", key, 1, l)
+		if err != nil {
+			b.Fatal(err)
+		}
+		*last = d.Limits[0]
+	}, last
 }
