@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,8 +35,18 @@ const hitTimeout = 30 * time.Second
 // as the Instance's): store.PushAndCount of one diff for "increment"
 // (Instance.Increment), store.CheckAndCount of one check for "allow"
 // (Instance.Allow, one sliding limit never reached), and the same with one
-// token bucket that never empties for "bucket" (Instance.AllowOne). Keys: one hot key, or
-// 1,000 keys spread over the goroutines. Each b.Loop iteration runs 2,048
+// token bucket that never empties for "bucket" (Instance.AllowOne). Three
+// more ops decide one limit of the other algorithms through AllowOne:
+// "log", a sliding log of 10,000 (the largest) per second, which the hot
+// key reaches: it is held at its limit, about 10,000 admitted per second
+// and the rest denied, its log holding up to 1,000 entries (one per
+// millisecond with admitted hits), where 1,000 keys each stay below it
+// (admitted-% and uncoalesced-admitted-% say how many passed); "anchored",
+// an anchored window of 1 min, never reached; "precision", a sliding window
+// of 1 min counted in 10 s sub-windows (7 counters read per decision),
+// never reached. A store that does not decide one of these (a probe check
+// of it fails, or answers without its state) skips the op. Keys: one hot
+// key, or 1,000 keys spread over the goroutines. Each b.Loop iteration runs 2,048
 // decisions each way, alternately first, so both meet the same machine.
 // Reported: decisions/s of each (uncoalesced-decisions/s is the baseline),
 // their ratio x-uncoalesced (target: at least 3), round trips per decision
@@ -49,11 +60,17 @@ const hitTimeout = 30 * time.Second
 // A third backend, redis-shards=1, is the same Redis with redis.Config.Shards
 // 1 (default 16), on 1,000 keys only: a batch of 32 decisions then makes one
 // shard group instead of about 14, each with its own lane record, TTL and
-// keys to send (see BENCHMARKS.md for what fewer shards cost elsewhere).
+// keys to send (see BENCHMARKS.md for what fewer shards cost elsewhere). A
+// fourth, memory, is strategy/memory in this process (default pool only,
+// no round trips): the coalescer against direct calls with no network.
 func BenchmarkSynchronousCoalesced(b *testing.B) {
 	oneShard := opener{"redis-shards=1", func(tb testing.TB, pool int) *backend { return openRedisShards(tb, pool, 1) }}
-	for _, o := range append(slices.Clone(backends), oneShard) {
+	mem := opener{"memory", openMemory}
+	for _, o := range append(slices.Clone(backends), oneShard, mem) {
 		for _, pool := range []int{0, workers} {
+			if o.name == mem.name && pool > 0 {
+				continue // no connections
+			}
 			name := "pool=default"
 			if pool > 0 {
 				name = fmt.Sprintf("pool=%d", pool)
@@ -61,7 +78,7 @@ func BenchmarkSynchronousCoalesced(b *testing.B) {
 			b.Run(o.name+"/"+name, func(b *testing.B) {
 				be := o.open(b, pool)
 				b.Logf("%s: pool of %d connections, %d goroutines, GOMAXPROCS %d", be.name, be.pool, workers, procs())
-				for _, op := range []string{"increment", "allow", "bucket"} {
+				for _, op := range []string{"increment", "allow", "bucket", "log", "anchored", "precision"} {
 					for _, keys := range []int{1, 1000} {
 						if o.name == oneShard.name && keys == 1 {
 							continue // one key is one shard group with any Shards
@@ -74,35 +91,99 @@ func BenchmarkSynchronousCoalesced(b *testing.B) {
 	}
 }
 
+// opLimit returns the limit the decisions of op check (see
+// BenchmarkSynchronousCoalesced), and the same limit as the store's
+// CheckLimit, as the Instance sends it; ok is false for increment.
+func opLimit(op string) (l ratelimiting.Limit, cl strategy.CheckLimit, ok bool) {
+	switch op {
+	case "allow":
+		l = ratelimiting.Limit{Limit: 1e15, Window: time.Minute}
+	case "bucket":
+		l = ratelimiting.Limit{Limit: 1e9, Window: time.Minute, Algorithm: ratelimiting.TokenBucket}
+		return l, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Kind: uint8(l.Algorithm), Burst: l.Limit}, true
+	case "log":
+		l = ratelimiting.Limit{Limit: ratelimiting.MaxLogLimit, Window: time.Second, Algorithm: ratelimiting.SlidingLog}
+		return l, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Kind: strategy.KindLog}, true
+	case "anchored":
+		l = ratelimiting.Limit{Limit: 1e9, Window: time.Minute, Algorithm: ratelimiting.AnchoredWindow}
+		return l, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Kind: strategy.KindAnchored}, true
+	case "precision":
+		l = ratelimiting.Limit{Limit: 1e15, Window: time.Minute, Precision: 10 * time.Second}
+		return l, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit, Precision: l.Precision}, true
+	default:
+		return l, cl, false
+	}
+	return l, strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit}, true
+}
+
+// decides returns why store s cannot decide limit cl, nil when it can: a
+// check of cost 1 on a new key must pass and answer with the limit's
+// state (a log's or anchored window's level, a precision limit's counts).
+func decides(ctx context.Context, s store, ns string, cl strategy.CheckLimit) error {
+	res, err := s.CheckAndCount(ctx, testenv.Name(ns+"|probe-"), 1, []strategy.Check{{
+		Namespace: ns, Key: "probe", Cost: 1, Now: time.Now(), Limits: []strategy.CheckLimit{cl},
+	}})
+	switch {
+	case err != nil:
+		return err
+	case len(res) != 1 || !res[0].Allowed:
+		return fmt.Errorf("probe check: %+v, want one result, allowed", res)
+	case cl.Kind != 0 && (len(res[0].Buckets) != 1 || res[0].Buckets[0].Level != 1):
+		return fmt.Errorf("probe check of kind %d: states %+v, want a level of 1", cl.Kind, res[0].Buckets)
+	case cl.Precision > 0 && (len(res[0].Windows) != 1 || len(res[0].Windows[0]) != cl.Depth()):
+		return fmt.Errorf("probe check with precision %v: windows %v, want %d counts", cl.Precision, res[0].Windows, cl.Depth())
+	}
+	return nil
+}
+
 func benchCoalesced(b *testing.B, be *backend, op string, nkeys int) {
 	const chunk = workers * 32
 	ctx := context.Background()
 	ns := testenv.Name(op + "-")
+	limit, checkLimit, _ := opLimit(op)
+	sizes := []time.Duration{time.Minute}
+	if limit.Precision > 0 {
+		sizes = append(sizes, limit.Precision)
+	}
+	if op != "increment" && op != "allow" && op != "bucket" {
+		if err := decides(ctx, be.store, ns, checkLimit); err != nil {
+			b.Skipf("%s: the store does not decide this limit (%+v): %v", be.name, checkLimit, err)
+		}
+	}
 	in := newInstance(b, ns, ratelimiting.WithSyncTimeout(0, hitTimeout))
-	mustNew(b, in, namespace.Config{Name: ns, SyncRate: namespace.Synchronous, Strategy: be.store, WindowSizes: []time.Duration{time.Minute}})
+	mustNew(b, in, namespace.Config{Name: ns, SyncRate: namespace.Synchronous, Strategy: be.store, WindowSizes: sizes})
 	keys := keysN("key-", nkeys)
 	key := func(w, i int) string { return keys[(w*997+i)%nkeys] }
-	limit := ratelimiting.Limit{Limit: 1e15, Window: time.Minute}
-	bucket := ratelimiting.Limit{Limit: 1e9, Window: time.Minute, Algorithm: ratelimiting.TokenBucket}
 	errDenied := errors.New("denied: the limit is never reached here")
+	var denied [2]atomic.Int64 // per path: denials of the log, which may deny
+	judge := func(p int, allowed bool) error {
+		switch {
+		case allowed:
+			return nil
+		case op == "log":
+			denied[p].Add(1)
+			return nil
+		}
+		return errDenied
+	}
 
 	coalesced := func(w, i int) error {
 		switch op {
 		case "increment":
 			_, err := in.Increment(ctx, ns, key(w, i), time.Minute, 1)
 			return err
-		case "bucket":
-			st, err := in.AllowOne(ctx, ns, key(w, i), 1, bucket)
-			if err == nil && !st.Allowed {
-				err = errDenied
+		case "allow":
+			d, err := in.Allow(ctx, ns, key(w, i), 1, limit)
+			if err != nil {
+				return err
 			}
+			return judge(0, d.Allowed)
+		}
+		st, err := in.AllowOne(ctx, ns, key(w, i), 1, limit)
+		if err != nil {
 			return err
 		}
-		d, err := in.Allow(ctx, ns, key(w, i), 1, limit)
-		if err == nil && !d.Allowed {
-			err = errDenied
-		}
-		return err
+		return judge(0, st.Allowed)
 	}
 	var (
 		lanes [workers]string
@@ -121,17 +202,13 @@ func benchCoalesced(b *testing.B, be *backend, op string, nkeys int) {
 			}}})
 			return err
 		}
-		cl := strategy.CheckLimit{WindowSize: time.Minute, Limit: limit.Limit}
-		if op == "bucket" {
-			cl = strategy.CheckLimit{WindowSize: time.Minute, Limit: bucket.Limit, Kind: uint8(bucket.Algorithm), Burst: bucket.Limit}
-		}
 		res, err := be.store.CheckAndCount(ctx, lanes[w], seqs[w], []strategy.Check{{
-			Namespace: ns, Key: k, Cost: 1, Now: now, Limits: []strategy.CheckLimit{cl},
+			Namespace: ns, Key: k, Cost: 1, Now: now, Limits: []strategy.CheckLimit{checkLimit},
 		}})
-		if err == nil && !res[0].Allowed {
-			err = errDenied
+		if err != nil {
+			return err
 		}
-		return err
+		return judge(1, res[0].Allowed)
 	}
 
 	paths := [2]func(w, i int) error{coalesced, uncoalesced}
@@ -162,6 +239,8 @@ func benchCoalesced(b *testing.B, be *backend, op string, nkeys int) {
 	run(0, 4*workers)
 	run(1, 4*workers)
 	took, trips, goCPU, srvCPU = [2]time.Duration{}, [2]int64{}, [2]float64{}, [2]float64{}
+	denied[0].Store(0)
+	denied[1].Store(0)
 	st := syncStats(b, in, ns)
 	calls0 := st.Pushes + st.Checks
 
@@ -183,6 +262,10 @@ func benchCoalesced(b *testing.B, be *backend, op string, nkeys int) {
 	b.ReportMetric(float64(trips[1])/decisions, "uncoalesced-roundtrips/decision")
 	b.ReportMetric(decisions/float64(st.Pushes+st.Checks-calls0), "decisions/store-call")
 	b.ReportMetric(float64(be.pool), "pool")
+	if op == "log" {
+		b.ReportMetric(100*(1-float64(denied[0].Load())/decisions), "admitted-%")
+		b.ReportMetric(100*(1-float64(denied[1].Load())/decisions), "uncoalesced-admitted-%")
+	}
 	if cpuOK[0] {
 		b.ReportMetric(goCPU[0]/decisions*1e6, "go-cpu-us/decision")
 		b.ReportMetric(goCPU[1]/decisions*1e6, "uncoalesced-go-cpu-us/decision")

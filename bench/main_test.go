@@ -21,6 +21,7 @@ import (
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
 	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/memory"
 	"github.com/ratesync/ratesync/strategy/postgres"
 	"github.com/ratesync/ratesync/strategy/redis"
 )
@@ -209,6 +210,13 @@ func openPostgres(tb testing.TB, pool int) *backend {
 		tb.Fatal(err)
 	}
 	return &backend{name: "postgres", store: s, pool: int(cfg.MaxConns), trips: tr.roundTrips, pg: pl,
+		serverCPU: func() (float64, bool) { return 0, false }}
+}
+
+// openMemory returns a memory store (strategy/memory) in this process: no
+// connections (pool is ignored) and no round trips.
+func openMemory(testing.TB, int) *backend {
+	return &backend{name: "memory", store: memory.New(), trips: func() int64 { return 0 },
 		serverCPU: func() (float64, bool) { return 0, false }}
 }
 
