@@ -12,11 +12,13 @@ import (
 
 func TestParse(t *testing.T) {
 	tests := []struct {
-		name      string
-		args      []string
-		wantRate  float64
-		wantAlgs  []ratelimiting.Algorithm
-		wantError string
+		name     string
+		args     []string
+		wantRate float64
+		wantAlgs []ratelimiting.Algorithm
+		// wantPrecisions is nil unless -precision is given.
+		wantPrecisions []time.Duration
+		wantError      string
 	}{
 		{name: "windows keep -rate", args: nil, wantRate: 100, wantAlgs: []ratelimiting.Algorithm{ratelimiting.FixedWindow}},
 		{name: "-sliding", args: []string{"-sliding"}, wantRate: 100, wantAlgs: []ratelimiting.Algorithm{ratelimiting.SlidingWindow}},
@@ -27,6 +29,10 @@ func TestParse(t *testing.T) {
 		{name: "an algorithm not run periodically", args: []string{"-algorithm", "sliding_log"}, wantError: `-algorithm "sliding_log"`},
 		{name: "-sliding with another algorithm", args: []string{"-sliding", "-algorithm", "token_bucket"}, wantError: "give one"},
 		{name: "-parallel 0", args: []string{"-parallel", "0"}, wantError: "-parallel 0"},
+		{name: "-precision", args: []string{"-sliding", "-precision", "0,1s", "-window", "6s"}, wantRate: 100, wantAlgs: []ratelimiting.Algorithm{ratelimiting.SlidingWindow}, wantPrecisions: []time.Duration{0, time.Second}},
+		{name: "-precision not dividing the window", args: []string{"-sliding", "-precision", "400ms", "-window", "1s"}, wantError: "must divide -window 1s"},
+		{name: "-precision too fine", args: []string{"-sliding", "-precision", "10ms", "-window", "1s"}, wantError: "-precision 10ms: must be at least"},
+		{name: "-precision without a sliding window", args: []string{"-algorithm", "token_bucket", "-precision", "1s"}, wantError: "only applies to sliding_window"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -40,8 +46,8 @@ func TestParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parse(%q): %v", tt.args, err)
 			}
-			if o.rate != tt.wantRate || !slices.Equal(o.algorithms, tt.wantAlgs) {
-				t.Fatalf("parse(%q): rate %v, algorithms %v; want %v, %v", tt.args, o.rate, o.algorithms, tt.wantRate, tt.wantAlgs)
+			if o.rate != tt.wantRate || !slices.Equal(o.algorithms, tt.wantAlgs) || !slices.Equal(o.precisions, tt.wantPrecisions) {
+				t.Fatalf("parse(%q): rate %v, algorithms %v, precisions %v; want %v, %v, %v", tt.args, o.rate, o.algorithms, o.precisions, tt.wantRate, tt.wantAlgs, tt.wantPrecisions)
 			}
 		})
 	}
@@ -118,5 +124,40 @@ func TestGroups(t *testing.T) {
 	}
 	if n != 8 || !slices.Equal(sizes, []int{3, 3, 2}) {
 		t.Fatalf("groups of sizes %v, want 8 runs in groups of 3, 3, 2", sizes)
+	}
+}
+
+// TestPrecisionRuns checks that -precision makes one run per precision of
+// each sliding window (none for other algorithms), with the precision's
+// size among the namespace's window sizes and a column of its own.
+func TestPrecisionRuns(t *testing.T) {
+	o, err := parse([]string{"-algorithm", "token_bucket,sliding_window", "-precision", "0,1s", "-window", "6s", "-limit", "600", "-nodes", "4", "-sync", "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []spec
+	for _, g := range o.groups() {
+		got = append(got, g...)
+	}
+	want := []spec{
+		{alg: ratelimiting.TokenBucket, nodes: 4, sync: time.Second},
+		{alg: ratelimiting.SlidingWindow, nodes: 4, sync: time.Second},
+		{alg: ratelimiting.SlidingWindow, precision: time.Second, nodes: 4, sync: time.Second},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("runs %+v, want %+v", got, want)
+	}
+	if sizes := o.windowSizes(want[2]); !slices.Equal(sizes, []time.Duration{6 * time.Second, time.Second}) {
+		t.Fatalf("window sizes %v, want [6s 1s]", sizes)
+	}
+	if l := o.limitOf(want[2]); l.Window != 6*time.Second || l.Precision != time.Second {
+		t.Fatalf("limit %+v, want window 6s, precision 1s", l)
+	}
+	if o.header() != precisionHeader {
+		t.Fatalf("header %q, want %q", o.header(), precisionHeader)
+	}
+	r := newRow(o, want[2], result(o.duration))
+	if got, want := r.csv(), "memory,sliding_window,1s,4,1s,600,6s,0,1000.0,12s,0,0.0000,0,600,-100.0"; got != want {
+		t.Fatalf("csv %q, want %q", got, want)
 	}
 }

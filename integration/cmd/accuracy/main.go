@@ -35,6 +35,12 @@
 //   - burst_pct = 100·(max_admitted_in_window − allowed_in_window) /
 //     allowed_in_window.
 //
+// -precision D (or a list; 0 is Kong's two windows) counts the
+// sliding_window runs in sub-windows of D (ratelimiting.Limit.Precision):
+// the limit's window stays -window, and the namespace gets D among its
+// window sizes. Each precision of the list is a run of its own, and the
+// rows take the second format with a precision column after algorithm.
+//
 // The offered load is -rate hits per second, or -load times r; -load
 // defaults to 10 for buckets when -rate is not given. -parallel N makes N
 // runs at once, each with its own nodes and namespace on the one store
@@ -45,6 +51,7 @@
 //	go run ./integration/cmd/accuracy -nodes 4 -sync 250ms
 //	go run ./integration/cmd/accuracy -store redis -redis-url redis://127.0.0.1:6379/0 -sweep -csv out.csv -svg out.svg
 //	go run ./integration/cmd/accuracy -algorithm token_bucket -limit 100 -window 1s -nodes 4 -sync 1s -duration 2m
+//	go run ./integration/cmd/accuracy -algorithm sliding_window -precision 0,1s -limit 600 -window 6s -load 10 -sync 250ms,1s,2s
 package main
 
 import (
@@ -80,6 +87,7 @@ type options struct {
 	nodes       []int
 	syncs       []time.Duration
 	algorithms  []ratelimiting.Algorithm
+	precisions  []time.Duration // of sliding_window runs; nil: none given
 	limit       float64
 	window      time.Duration
 	burst       float64
@@ -136,8 +144,8 @@ func parse(args []string) (*options, error) {
 
 // gridFlags are the flags that choose the runs: lists, or -sweep.
 type gridFlags struct {
-	nodes, syncs, algorithms *string
-	sliding, sweep           *bool
+	nodes, syncs, algorithms, precisions *string
+	sliding, sweep                       *bool
 }
 
 // flags defines the flags of o on fs.
@@ -148,6 +156,7 @@ func (o *options) flags(fs *flag.FlagSet) gridFlags {
 	nodes := fs.String("nodes", "4", "node count, or a comma-separated list")
 	syncs := fs.String("sync", "250ms", "sync rate (0: synchronous), or a comma-separated list")
 	algorithms := fs.String("algorithm", "fixed_window", "fixed_window, sliding_window, token_bucket or leaky_bucket, or a comma-separated list")
+	precisions := fs.String("precision", "", "sliding_window: sub-window size (0: Kong's two windows), or a comma-separated list; each a run")
 	fs.Float64Var(&o.limit, "limit", 100, "hits allowed per window (buckets: the rate is limit per window)")
 	fs.DurationVar(&o.window, "window", 5*time.Second, "window size")
 	fs.Float64Var(&o.burst, "burst", 0, "bucket capacity (0: -limit)")
@@ -165,7 +174,7 @@ func (o *options) flags(fs *flag.FlagSet) gridFlags {
 	sweep := fs.Bool("sweep", false, "run the default grid: nodes 1,2,4,8 x sync 0,10ms,50ms,100ms,250ms,500ms,1s (without 0 for -near-limit)")
 	fs.StringVar(&o.csv, "csv", "", "also write the rows to this CSV file")
 	fs.StringVar(&o.svg, "svg", "", "write a chart against sync rate to this SVG file: over-admission, or with a bucket the long-run rate")
-	return gridFlags{nodes: nodes, syncs: syncs, algorithms: algorithms, sliding: sliding, sweep: sweep}
+	return gridFlags{nodes: nodes, syncs: syncs, algorithms: algorithms, precisions: precisions, sliding: sliding, sweep: sweep}
 }
 
 // grid sets the algorithms, node counts and sync rates to run, from the
@@ -180,6 +189,11 @@ func (o *options) grid(f gridFlags, set map[string]bool) error {
 			return errors.New("-sliding and -algorithm: give one")
 		}
 		o.algorithms = []ratelimiting.Algorithm{ratelimiting.SlidingWindow}
+	}
+	if *f.precisions != "" {
+		if o.precisions, err = parseList(*f.precisions, "precision", time.ParseDuration); err != nil {
+			return err
+		}
 	}
 	if *f.sweep {
 		o.nodes = sweepNodes
@@ -218,9 +232,12 @@ func isBucket(a ratelimiting.Algorithm) bool {
 	return a == ratelimiting.TokenBucket || a == ratelimiting.LeakyBucket
 }
 
-// buckets reports whether a bucket is among the algorithms to run: the
-// rows then report long-run rates.
+// buckets reports whether a bucket is among the algorithms to run.
 func (o *options) buckets() bool { return slices.ContainsFunc(o.algorithms, isBucket) }
+
+// rates reports whether the rows report long-run rates (the second
+// format): with a bucket among the algorithms, or with -precision.
+func (o *options) rates() bool { return o.buckets() || o.precisions != nil }
 
 // validate checks the options once parsed.
 func (o *options) validate() error {
@@ -242,6 +259,9 @@ func (o *options) validate() error {
 	case o.duration < o.window:
 		return fmt.Errorf("-duration %v: must be at least -window %v (a whole window must be measured)", o.duration, o.window)
 	}
+	if err := o.validatePrecisions(); err != nil {
+		return err
+	}
 	for _, n := range o.nodes {
 		if n <= 0 {
 			return fmt.Errorf("-nodes %d: must be > 0", n)
@@ -253,6 +273,24 @@ func (o *options) validate() error {
 		}
 		if s == 0 && o.nearLimit {
 			return errors.New("-near-limit needs a periodic -sync (> 0)")
+		}
+	}
+	return nil
+}
+
+// validatePrecisions checks -precision against -window and -algorithm.
+func (o *options) validatePrecisions() error {
+	if o.precisions != nil && !slices.Contains(o.algorithms, ratelimiting.SlidingWindow) {
+		return errors.New("-precision: only applies to sliding_window: add it to -algorithm")
+	}
+	for _, p := range o.precisions {
+		switch {
+		case p < 0 || p%time.Millisecond != 0:
+			return fmt.Errorf("-precision %v: must be whole milliseconds >= 0 (0: Kong's two windows)", p)
+		case p > 0 && o.window%p != 0:
+			return fmt.Errorf("-precision %v: must divide -window %v", p, o.window)
+		case p > 0 && o.window/p > ratelimiting.MaxPrecisionWindows:
+			return fmt.Errorf("-precision %v: must be at least -window / %d (%v)", p, ratelimiting.MaxPrecisionWindows, o.window/ratelimiting.MaxPrecisionWindows)
 		}
 	}
 	return nil

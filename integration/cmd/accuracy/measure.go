@@ -15,11 +15,16 @@ import (
 const (
 	header     = "store,nodes,sync_rate,limit,window,offered_per_s,max_admitted_per_window,over_admission_pct,bound_pct"
 	rateHeader = "store,algorithm,nodes,sync_rate,limit,window,burst,offered_per_s,duration,admitted,long_run_rate,max_admitted_in_window,allowed_in_window,burst_pct"
+	// precisionHeader is rateHeader with -precision.
+	precisionHeader = "store,algorithm,precision,nodes,sync_rate,limit,window,burst,offered_per_s,duration,admitted,long_run_rate,max_admitted_in_window,allowed_in_window,burst_pct"
 )
 
 // header returns the CSV header of the runs' rows.
 func (o *options) header() string {
-	if o.buckets() {
+	switch {
+	case o.precisions != nil:
+		return precisionHeader
+	case o.buckets():
 		return rateHeader
 	}
 	return header
@@ -28,7 +33,9 @@ func (o *options) header() string {
 type row struct {
 	store     string
 	alg       ratelimiting.Algorithm
-	rates     bool // the long-run format (rateHeader)
+	precision time.Duration // a sliding window's sub-window, 0 for none
+	rates     bool          // the long-run format (rateHeader)
+	precCol   bool          // with the precision column (precisionHeader)
 	nodes     int
 	sync      time.Duration
 	limit     float64
@@ -52,19 +59,33 @@ func (r row) csv() string {
 		store += "+near-limit"
 	}
 	if r.rates {
-		return fmt.Sprintf("%s,%s,%d,%s,%g,%s,%g,%.1f,%s,%d,%.4f,%d,%g,%.1f", store, r.alg, r.nodes, r.sync, r.limit, r.window, r.burst,
+		alg := r.alg.String()
+		if r.precCol {
+			alg += "," + r.precision.String()
+		}
+		return fmt.Sprintf("%s,%s,%d,%s,%g,%s,%g,%.1f,%s,%d,%.4f,%d,%g,%.1f", store, alg, r.nodes, r.sync, r.limit, r.window, r.burst,
 			r.offered, r.duration, r.admitted, r.longRun, r.maxAdm, r.allowed, r.overPct)
 	}
 	return fmt.Sprintf("%s,%d,%s,%g,%s,%.1f,%d,%.1f,%.1f", store, r.nodes, r.sync, r.limit, r.window, r.offered, r.maxAdm, r.overPct, r.boundPct)
 }
 
-// limitOf returns the limit the runs of algorithm a check.
-func (o *options) limitOf(a ratelimiting.Algorithm) ratelimiting.Limit {
-	l := ratelimiting.Limit{Limit: o.limit, Window: o.window, Algorithm: a}
-	if isBucket(a) {
+// limitOf returns the limit run sp checks.
+func (o *options) limitOf(sp spec) ratelimiting.Limit {
+	l := ratelimiting.Limit{Limit: o.limit, Window: o.window, Algorithm: sp.alg, Precision: sp.precision}
+	if isBucket(sp.alg) {
 		l.Burst = o.burst
 	}
 	return l
+}
+
+// windowSizes returns the window sizes of run sp's namespace: -window, and
+// the precision's.
+func (o *options) windowSizes(sp spec) []time.Duration {
+	sizes := []time.Duration{o.window}
+	if sp.precision > 0 && sp.precision != o.window {
+		sizes = append(sizes, sp.precision)
+	}
+	return sizes
 }
 
 // measure makes one run and returns its row.
@@ -75,10 +96,10 @@ func measure(ctx context.Context, o *options, st *store, sp spec) (row, error) {
 	}
 	c, err := integration.NewCluster(integration.ClusterConfig{
 		Nodes:       sp.nodes,
-		Namespace:   fmt.Sprintf("acc-%s-%d-%d-%d", sp.alg, sp.nodes, sp.sync.Milliseconds(), time.Now().UnixNano()),
+		Namespace:   fmt.Sprintf("acc-%s-%d-%d-%d-%d", sp.alg, sp.precision.Milliseconds(), sp.nodes, sp.sync.Milliseconds(), time.Now().UnixNano()),
 		SyncRate:    sp.sync,
 		Strategy:    st.s,
-		WindowSizes: []time.Duration{o.window},
+		WindowSizes: o.windowSizes(sp),
 		NearLimit:   o.nearLimit,
 	})
 	if err != nil {
@@ -89,7 +110,7 @@ func measure(ctx context.Context, o *options, st *store, sp spec) (row, error) {
 	if err != nil {
 		return row{}, err
 	}
-	if err := warmUp(ctx, c, o.limitOf(sp.alg)); err != nil {
+	if err := warmUp(ctx, c, o.limitOf(sp)); err != nil {
 		return row{}, err
 	}
 	// Start on a window boundary so that every window is whole, the first
@@ -98,7 +119,7 @@ func measure(ctx context.Context, o *options, st *store, sp spec) (row, error) {
 		Start: time.UnixMilli((time.Now().UnixMilli()/o.window.Milliseconds() + 1) * o.window.Milliseconds()),
 		Rate:  o.rate, Poisson: o.poisson, Keys: o.keys, Zipf: o.zipf, Spread: spread,
 		Duration: o.duration, Workers: o.workers, Seed: uint64(sp.nodes*1000) + uint64(sp.sync.Milliseconds()),
-		Limits: []ratelimiting.Limit{o.limitOf(sp.alg)},
+		Limits: []ratelimiting.Limit{o.limitOf(sp)},
 	})
 	if err != nil {
 		return row{}, err
@@ -146,15 +167,19 @@ func logRun(o *options, c *integration.Cluster, sp spec, res *integration.Result
 			counts = append(counts, fmt.Sprint(w.Admitted))
 		}
 	}
+	alg := sp.alg.String()
+	if sp.precision > 0 {
+		alg += " precision " + sp.precision.String()
+	}
 	fmt.Fprintf(os.Stderr, "accuracy: %s, %d nodes, sync %v: admitted %d of %d (per window %s); store calls: %d pushes, %d checks (%.1f/s)\n",
-		sp.alg, sp.nodes, sp.sync, res.Admitted(), len(res.Decisions), strings.Join(counts, " "), pushes, checks, float64(pushes+checks)/o.duration.Seconds())
+		alg, sp.nodes, sp.sync, res.Admitted(), len(res.Decisions), strings.Join(counts, " "), pushes, checks, float64(pushes+checks)/o.duration.Seconds())
 }
 
 // newRow computes a run's figures (see the command's doc).
 func newRow(o *options, sp spec, res *integration.Result) row {
-	l := o.limitOf(sp.alg)
+	l := o.limitOf(sp)
 	r := row{
-		store: o.store, alg: sp.alg, rates: o.buckets(), nodes: sp.nodes, sync: sp.sync,
+		store: o.store, alg: sp.alg, precision: sp.precision, rates: o.rates(), precCol: o.precisions != nil, nodes: sp.nodes, sync: sp.sync,
 		limit: o.limit, window: o.window, offered: o.rate, duration: o.duration,
 		admitted: res.Admitted(), allowed: o.limit, nearLimit: o.nearLimit,
 	}

@@ -10,21 +10,29 @@ import (
 	"github.com/ratesync/ratesync/ratelimiting"
 )
 
-// spec is one run: an algorithm, a node count and a sync rate.
+// spec is one run: an algorithm (with a precision for a sliding window), a
+// node count and a sync rate.
 type spec struct {
-	alg   ratelimiting.Algorithm
-	nodes int
-	sync  time.Duration
+	alg       ratelimiting.Algorithm
+	precision time.Duration // 0: none
+	nodes     int
+	sync      time.Duration
 }
 
-// groups returns the runs by algorithm, node count and sync rate, in
-// groups of -parallel runs made at once.
+// groups returns the runs by algorithm, precision, node count and sync
+// rate, in groups of -parallel runs made at once.
 func (o *options) groups() [][]spec {
 	var all []spec
 	for _, a := range o.algorithms {
-		for _, n := range o.nodes {
-			for _, s := range o.syncs {
-				all = append(all, spec{a, n, s})
+		precisions := []time.Duration{0}
+		if a == ratelimiting.SlidingWindow && o.precisions != nil {
+			precisions = o.precisions
+		}
+		for _, p := range precisions {
+			for _, n := range o.nodes {
+				for _, s := range o.syncs {
+					all = append(all, spec{a, p, n, s})
+				}
 			}
 		}
 	}
@@ -54,10 +62,11 @@ func measureGroup(ctx context.Context, o *options, st *store, g []spec) ([]row, 
 }
 
 // order sorts rows as the sequential runs come: by algorithm (in -algorithm
-// order), node count, then sync rate.
+// order), precision (in -precision order), node count, then sync rate.
 func (o *options) order(a, b row) int {
 	return cmp.Or(
 		cmp.Compare(slices.Index(o.algorithms, a.alg), slices.Index(o.algorithms, b.alg)),
+		cmp.Compare(slices.Index(o.precisions, a.precision), slices.Index(o.precisions, b.precision)),
 		cmp.Compare(a.nodes, b.nodes),
 		cmp.Compare(a.sync, b.sync),
 	)

@@ -13,9 +13,9 @@ import (
 
 // writeSVG draws over-admission (%) against sync rate, one line per node
 // count, with the bound λ·T/L of the largest node count dashed; with a
-// bucket among the algorithms, writeRateSVG's charts.
+// bucket among the algorithms, or -precision, writeRateSVG's charts.
 func writeSVG(path string, rows []row, o *options) error {
-	if o.buckets() {
+	if o.rates() {
 		return writeRateSVG(path, rows, o)
 	}
 	const (
@@ -105,25 +105,37 @@ type panel struct {
 }
 
 // writeRateSVG draws, against sync rate, the long-run rate of every
-// algorithm, that of the buckets alone on a finer scale, and the largest
-// burst: one colour per node count, solid lines for buckets, dashed for
-// window limits.
+// algorithm, that of the buckets alone on a finer scale (when there are
+// buckets), and the largest burst: one colour per node count, solid lines
+// for buckets, dashed for window limits, dotted for sliding windows with a
+// precision.
 func writeRateSVG(path string, rows []row, o *options) error {
-	const w, h = 1140, 440
+	const h = 440
+	w := 1140
+	if !o.buckets() {
+		w = 760
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	fmt.Fprintf(&b, `<text x="60" y="20" font-size="14">Long-run rate and largest burst vs sync rate (%s store, limit %g per %v, burst %g, %g hits/s offered, %v per run)</text>`+"\n",
-		o.store, o.limit, o.window, capacity(o.limitOf(ratelimiting.TokenBucket)), o.rate, o.duration)
+	burst := ""
+	if o.buckets() {
+		burst = fmt.Sprintf(", burst %g", capacity(o.limitOf(spec{alg: ratelimiting.TokenBucket})))
+	}
+	fmt.Fprintf(&b, `<text x="60" y="20" font-size="14">Long-run rate and largest burst vs sync rate (%s store, limit %g per %v%s, %g hits/s offered, %v per run)</text>`+"\n",
+		o.store, o.limit, o.window, burst, o.rate, o.duration)
 	panels := []panel{
-		{x: 60, title: "long-run rate (× r)", value: func(r row) float64 { return r.longRun }, refs: []float64{1}, step: 0.5},
-		{x: 440, title: "long-run rate of the buckets (× r)", value: func(r row) float64 { return r.longRun },
+		{title: "long-run rate (× r)", value: func(r row) float64 { return r.longRun }, refs: []float64{1}, step: 0.5},
+		{title: "long-run rate of the buckets (× r)", value: func(r row) float64 { return r.longRun },
 			keep: func(r row) bool { return isBucket(r.alg) }, refs: []float64{1, 1.05}, lo: 0.95, step: 0.05},
-		{x: 820, title: "largest burst (× allowed in a window)", value: func(r row) float64 { return float64(r.maxAdm) / r.allowed }, refs: []float64{1}, step: 1},
+		{title: "largest burst (× allowed in a window)", value: func(r row) float64 { return float64(r.maxAdm) / r.allowed }, refs: []float64{1}, step: 1},
+	}
+	if !o.buckets() {
+		panels = slices.Delete(panels, 1, 2)
 	}
 	syncs := sortedSyncs(rows)
-	for _, p := range panels {
-		p.y, p.w, p.h = 60, 280, 300
+	for i, p := range panels {
+		p.x, p.y, p.w, p.h = float64(60+380*i), 60, 280, 300
 		p.draw(&b, rows, syncs)
 	}
 	rateLegend(&b, rows, 60, h-30)
@@ -191,25 +203,22 @@ func (p panel) draw(b *strings.Builder, rows []row, syncs []time.Duration) {
 	}
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle">sync rate</text>`+"\n", p.x+p.w/2, p.y+p.h+34)
 	type line struct {
-		alg   ratelimiting.Algorithm
-		nodes int
+		alg       ratelimiting.Algorithm
+		precision time.Duration
+		nodes     int
 	}
 	pts := map[line][]string{}
 	var order []line
 	for _, r := range kept {
-		l := line{r.alg, r.nodes}
+		l := line{r.alg, r.precision, r.nodes}
 		if _, ok := pts[l]; !ok {
 			order = append(order, l)
 		}
 		pts[l] = append(pts[l], fmt.Sprintf("%.1f,%.1f", x(r.sync), y(p.value(r))))
 	}
 	for _, l := range order {
-		dash := ""
-		if !isBucket(l.alg) {
-			dash = ` stroke-dasharray="6,4"`
-		}
 		c := nodeColor(rows, l.nodes)
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", c, dash, strings.Join(pts[l], " "))
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", c, dash(l.alg, l.precision), strings.Join(pts[l], " "))
 		for _, pt := range pts[l] {
 			cx, cy, _ := strings.Cut(pt, ",")
 			fmt.Fprintf(b, `<circle cx="%s" cy="%s" r="2.5" fill="%s"/>`+"\n", cx, cy, c)
@@ -217,17 +226,33 @@ func (p panel) draw(b *strings.Builder, rows []row, syncs []time.Duration) {
 	}
 }
 
+// dash returns the stroke pattern of an algorithm's lines: solid for
+// buckets, dashed for window limits, dotted with a precision.
+func dash(a ratelimiting.Algorithm, precision time.Duration) string {
+	switch {
+	case isBucket(a):
+		return ""
+	case precision > 0:
+		return ` stroke-dasharray="2,3"`
+	}
+	return ` stroke-dasharray="6,4"`
+}
+
 // rateLegend writes the legend of writeRateSVG at (x, y): the colour of
-// each node count, and the line of each algorithm.
+// each node count, and the line of each algorithm (and precision).
 func rateLegend(b *strings.Builder, rows []row, x, y float64) {
+	type alg struct {
+		a ratelimiting.Algorithm
+		p time.Duration
+	}
 	var nodes []int
-	var algs []ratelimiting.Algorithm
+	var algs []alg
 	for _, r := range rows {
 		if !slices.Contains(nodes, r.nodes) {
 			nodes = append(nodes, r.nodes)
 		}
-		if !slices.Contains(algs, r.alg) {
-			algs = append(algs, r.alg)
+		if a := (alg{r.alg, r.precision}); !slices.Contains(algs, a) {
+			algs = append(algs, a)
 		}
 	}
 	slices.Sort(nodes)
@@ -236,11 +261,11 @@ func rateLegend(b *strings.Builder, rows []row, x, y float64) {
 		x += 95
 	}
 	for _, a := range algs {
-		dash := ""
-		if !isBucket(a) {
-			dash = ` stroke-dasharray="6,4"`
+		label := a.a.String()
+		if a.p > 0 {
+			label += ", precision " + a.p.String()
 		}
-		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#555" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n", x+20, x+50, y, y, dash, x+55, y+4, a)
-		x += 170
+		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#555" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n", x+20, x+50, y, y, dash(a.a, a.p), x+55, y+4, label)
+		x += max(170, 60+7*float64(len(label)))
 	}
 }
