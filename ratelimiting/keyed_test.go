@@ -240,3 +240,37 @@ func TestSynchronousKeyedHitsWhileTheStoreIsDownReachIt(t *testing.T) {
 		}
 	}
 }
+
+func TestPeriodicPrecisionReadsTheWholeSpan(t *testing.T) {
+	clk := newClock(t0)
+	store := memory.New()
+	a, b := newInstance(t, clk), newInstance(t, clk)
+	for _, in := range []*ratelimiting.Instance{a, b} {
+		mustNew(t, in, synced("ns", time.Hour, store, time.Second))
+	}
+	l := ratelimiting.Limit{Limit: 20, Window: 4 * time.Second, Precision: time.Second}
+	// Node a counts 3, 4 and 5 in three sub-windows, pushing each.
+	for _, n := range []float64{3, 4, 5} {
+		if d := allow(t, a, "ns", "k", n, l); !d.Allowed {
+			t.Fatalf("node a, %v: %+v", n, d)
+		}
+		syncNS(t, a, "ns")
+		clk.Advance(time.Second)
+	}
+	// Node b counted the key in the current sub-window only; its fetch
+	// reads the span's five sub-windows.
+	clk.Advance(500 * time.Millisecond)
+	allow(t, b, "ns", "k", 1, l)
+	syncNS(t, b, "ns")
+	d := allow(t, b, "ns", "k", 0, l)
+	// Sub-windows, newest first: 1, 5, 4, 3, 0 (the oldest, weighted 0.5).
+	if st := d.Limits[0]; st.Rate != 13 || st.Remaining != 7 {
+		t.Fatalf("node b after a fetch: %+v, want rate 13, 7 remaining", st)
+	}
+	clk.Advance(time.Second) // sub-windows 0, 1, 5, 4 and 3 at weight 0.5
+	allow(t, b, "ns", "k", 0.5, l)
+	syncNS(t, b, "ns")
+	if st := allow(t, b, "ns", "k", 0, l).Limits[0]; st.Rate != 12 {
+		t.Fatalf("a second later: %+v, want rate 0.5 + 1 + 5 + 4 + 3*0.5 = 12", st)
+	}
+}
