@@ -113,7 +113,7 @@ func writeRateSVG(path string, rows []row, o *options) error {
 	const h = 440
 	w := 1140
 	if !o.buckets() {
-		w = 760
+		w = 880
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
