@@ -274,3 +274,45 @@ func TestPeriodicPrecisionReadsTheWholeSpan(t *testing.T) {
 		t.Fatalf("a second later: %+v, want rate 0.5 + 1 + 5 + 4 + 3*0.5 = 12", st)
 	}
 }
+
+// A peek (cost 0) locks a key's anchored windows and logs in the order of
+// its limits, and without the key's stripe lock; two requests naming the
+// same log and anchored window in the opposite order then each hold one
+// slot and wait for the other's. Both orders must finish.
+func TestKeyedPeeksInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	clk := newClock(t0)
+	// Not closed at the end: Close would wait on the deadlocked slots.
+	in := ratelimiting.NewInstance(t.Name(), ratelimiting.WithClock(clk.Now), quiet)
+	mustNew(t, in, local("ns", time.Minute))
+	lg := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.SlidingLog}
+	an := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.AnchoredWindow}
+	var wg sync.WaitGroup
+	for _, req := range []struct {
+		cost   float64
+		limits []ratelimiting.Limit
+	}{{0, []ratelimiting.Limit{lg, an}}, {0, []ratelimiting.Limit{an, lg}}, {1, []ratelimiting.Limit{lg, an}}} {
+		for range 4 {
+			wg.Go(func() {
+				for range 20000 {
+					if _, err := in.Allow(context.Background(), "ns", "k", req.cost, req.limits...); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("requests on one key's log and anchored window in opposite orders deadlocked")
+	}
+}
+
+// A precision limit's sub-windows are the namespace's own counters of that
+// size: hits counted in them before the first precision request (here by
+// Increment) weigh in its rate like later ones. Expiry must not have
+// dropped them because no precision limit had asked the series to keep
+// them yet.
