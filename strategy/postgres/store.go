@@ -55,7 +55,7 @@
 // arithmetic:
 //
 //   - an anchored window is one row, its opening instant and count; a key
-//     whose window closed keeps its row, a closed window;
+//     whose window closed keeps its row, a closed window, until Purge;
 //   - a sliding log is a header row, which holds the log's running sum
 //     (strategy.Log's Sum: added to by each hit, subtracted from entry by
 //     entry, oldest first, as entries stop weighing, and exactly 0 once the
@@ -71,7 +71,7 @@
 //     its window, and checks keep the costs of its entries that weigh at
 //     most Limit: with costs of 1 or more, at most Limit entries (pushes
 //     may add more, as a bucket goes into debt). Entries that stopped
-//     weighing stay until a hit on the log deletes them;
+//     weighing stay until a hit on the log or Purge deletes them;
 //   - a window limit with a precision reads the Depth windows of its
 //     Precision, rows of the counters table like any other (the current
 //     one created when absent), and counts in the current one only.
@@ -87,7 +87,10 @@
 // Purge deletes, in batches of Config.PurgeBatch rows, the windows that
 // started before the window preceding the previous one (it keeps current,
 // previous and one spare window for nodes whose clock lags), the buckets
-// that are empty, and lanes unused for Config.LaneTTL.
+// that are empty, the anchored windows that are closed, the entries of
+// logs that stopped weighing (and the logs left empty), and lanes unused
+// for Config.LaneTTL. The syncer keeps a precision limit's windows by
+// purging their size as of an earlier instant.
 //
 // The pool may use any pgx QueryExecMode (behind PgBouncer in transaction
 // mode, one without server-side prepared statements, as pgx requires).
@@ -206,6 +209,8 @@ type queries struct {
 	getBuckets                      string
 	check                           string
 	purge, purgeLanes, purgeBuckets string
+	purgeAnchored                   string
+	purgeLogs, trimLogs, putLogs    string
 }
 
 func newQueries(n names) queries {
@@ -223,5 +228,9 @@ func newQueries(n names) queries {
 		purge:            purgeSQL(n),
 		purgeLanes:       purgeLanesSQL(n),
 		purgeBuckets:     purgeBucketsSQL(n),
+		purgeAnchored:    purgeAnchoredSQL(n),
+		purgeLogs:        purgeLogsSQL(n),
+		trimLogs:         trimLogsSQL(n),
+		putLogs:          putLogsSQL(n),
 	}
 }

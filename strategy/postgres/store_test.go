@@ -69,6 +69,15 @@ func mustWindow(t *testing.T, s strategy.Strategy, ns, key string, start time.Ti
 	return v
 }
 
+func mustCheck(t *testing.T, s *postgres.Store, node string, seq uint64, checks []strategy.Check) []strategy.CheckResult {
+	t.Helper()
+	res, err := s.CheckAndCount(context.Background(), node, seq, checks)
+	if err != nil {
+		t.Fatalf("CheckAndCount: %v", err)
+	}
+	return res
+}
+
 // counters reads q fully into a map of key to count (one window size and
 // start expected per key unless the caller knows better).
 func counters(t *testing.T, s strategy.Strategy, q strategy.Query) map[string]float64 {
