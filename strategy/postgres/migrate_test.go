@@ -94,6 +94,27 @@ func schemaVersion(t *testing.T, pool *pgxpool.Pool) int {
 	return v
 }
 
+// upgrade migrates a store at version from: New as app, a role that may
+// not create anything, fails naming the next migration and leaves the
+// schema as it was; New as owner brings it to the latest version.
+func upgrade(t *testing.T, app, owner *pgxpool.Pool, from int) {
+	t.Helper()
+	ctx := context.Background()
+	next := fmt.Sprintf("%03d_", from+1)
+	if _, err := postgres.New(ctx, app, postgres.Config{}); err == nil || !strings.Contains(err.Error(), "apply migration "+next) {
+		t.Fatalf("New as a role without CREATE on a store at version %d: err = %v, want one naming migration %s", from, err, next)
+	}
+	if v := schemaVersion(t, owner); v != from {
+		t.Fatalf("schema version %d after a failed migration, want %d", v, from)
+	}
+	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
+		t.Fatalf("New on a store at version %d: %v", from, err)
+	}
+	if v := schemaVersion(t, owner); v != migrationCount(t) {
+		t.Fatalf("schema version %d after New, want %d", v, migrationCount(t))
+	}
+}
+
 // A store migrated before migration 003 (the per-row function of 002) gets
 // the set-based function when a node of this version starts, and keeps its
 // counts.
@@ -142,18 +163,7 @@ func TestUpgradeFrom003AddsBuckets(t *testing.T) {
 		t.Fatalf("check at version 3: allowed %v, count %v; want allowed, 1", ok, n)
 	}
 	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes")
-	if _, err := postgres.New(ctx, app, postgres.Config{}); err == nil || !strings.Contains(err.Error(), "004_buckets.sql") {
-		t.Fatalf("New as a role without CREATE on a store at version 3: err = %v, want one naming migration 004", err)
-	}
-	if v := schemaVersion(t, owner); v != 3 {
-		t.Fatalf("schema version %d after a failed migration, want 3", v)
-	}
-	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
-		t.Fatalf("New on a store at version 3: %v", err)
-	}
-	if v := schemaVersion(t, owner); v != migrationCount(t) {
-		t.Fatalf("schema version %d after New, want %d", v, migrationCount(t))
-	}
+	upgrade(t, app, owner, 3)
 	if ok, n := oldCheck(t, app, 2, "k", now); !ok || n != 2 {
 		t.Fatalf("check of a node of the previous release after the upgrade: allowed %v, count %v; want allowed, 2", ok, n)
 	}
@@ -242,18 +252,7 @@ func TestUpgradeFrom004AddsAnchoredWindowsAndLogs(t *testing.T) {
 	}
 	pushOf004(t, owner, "k", now.UnixMilli())
 	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes", "public.ratesync_counters_buckets")
-	if _, err := postgres.New(ctx, app, postgres.Config{}); err == nil || !strings.Contains(err.Error(), "005_keyed.sql") {
-		t.Fatalf("New as a role without CREATE on a store at version 4: err = %v, want one naming migration 005", err)
-	}
-	if v := schemaVersion(t, owner); v != 4 {
-		t.Fatalf("schema version %d after a failed migration, want 4", v)
-	}
-	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
-		t.Fatalf("New on a store at version 4: %v", err)
-	}
-	if v := schemaVersion(t, owner); v != migrationCount(t) {
-		t.Fatalf("schema version %d after New, want %d", v, migrationCount(t))
-	}
+	upgrade(t, app, owner, 4)
 	if got := overloads(t, owner, "ratesync_counters_check"); got != "[13 23 31]" {
 		t.Fatalf("check functions with %s arguments, want [13 23 31] (those of releases 003 and 004 kept)", got)
 	}
