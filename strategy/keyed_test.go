@@ -25,7 +25,7 @@ func TestLogKeepsItsEntries(t *testing.T) {
 			l.Add(at, 0.5)
 			want[at] += 0.5
 		case 3:
-			const window = 50
+			window := []int64{2, 5, 50}[r.IntN(3)]
 			l.Trim(now, window)
 			for at := range want {
 				if at <= now-window {
