@@ -91,10 +91,10 @@ func (s *Store) checkHashes(gs []*group, checks []strategy.Check, nlim int) []li
 				if added {
 					g.ttls = append(g.ttls, 0)
 				}
-				g.ttls[cur-1] = max(g.ttls[cur-1], s.windowTTL(start, size, now))
+				g.ttls[cur-1] = max(g.ttls[cur-1], s.windowTTL(start, size, size, now))
 				prev, added := g.hash(window{size, start - size})
 				if added {
-					g.ttls = append(g.ttls, s.windowTTL(start-size, size, now))
+					g.ttls = append(g.ttls, s.windowTTL(start-size, size, size, now))
 				}
 				lims = append(lims, limitHashes{cur: cur, prev: prev})
 			}

@@ -24,7 +24,8 @@
 -- hash of each of its window limits (the current window of each distinct
 -- size) and, when the cost is above 0, to each of its distinct buckets
 -- (bucketAdd at now). Checks run in order, each seeing the counts of the
--- ones before. The counted hashes get their TTL, the buckets are written
+-- ones before. The counted hashes get their TTL (unless they last longer
+-- already: expire, in lane.lua), the buckets are written
 -- and seq becomes the lane record, in this one atomic script. A group that
 -- does not apply writes nothing and passes nothing.
 --
@@ -40,7 +41,8 @@
 -- lane.lua): it is read once, and the costs it takes are summed and
 -- written at the end with one increment (3 calls per distinct key, 3 in
 -- all for one hot key); each bucket is read once and written once. Then
--- each counted hash gets one PEXPIRE, and the lane record its GET and SET.
+-- each counted hash gets one PTTL and, when that is shorter than its TTL,
+-- one PEXPIRE, and the lane record its GET and SET.
 -- Either way the decisions, totals and stored counts are those of one
 -- HINCRBYFLOAT per passing check.
 --
@@ -212,7 +214,7 @@ local function group(a, n)
   if apply then
     for h = 1, m do
       if touched[h] == g then
-        redis.call('PEXPIRE', KEYS[kb + 1 + h], ARGV[a + 3 + h])
+        expire(KEYS[kb + 1 + h], ARGV[a + 3 + h])
       end
     end
     redis.call('SET', KEYS[kb + 1], seq, 'PX', laneTTL)

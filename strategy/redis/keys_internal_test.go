@@ -147,14 +147,17 @@ type wrapped struct{ goredis.UniversalClient }
 func TestWindowTTL(t *testing.T) {
 	s := &Store{cfg: Config{TTLMargin: 5 * time.Second}}
 	for _, c := range []struct {
-		name                 string
-		start, size, now, ms int64
+		name                       string
+		start, size, span, now, ms int64
 	}{
-		{"start of the window", 60000, 60000, 60000, 125000},
-		{"end of its life as previous", 60000, 60000, 180000, 5000},
-		{"long gone: the margin", 60000, 60000, 10_000_000, 5000},
+		{"start of the window", 60000, 60000, 60000, 60000, 125000},
+		{"end of its life as previous", 60000, 60000, 60000, 180000, 5000},
+		{"long gone: the margin", 60000, 60000, 60000, 10_000_000, 5000},
+		{"a span below the size is the size", 60000, 60000, 0, 60000, 125000},
+		{"a sub-window of a 1h span", 60000, 60000, 3600000, 60000, 3665000},
+		{"read until its span slides past it", 60000, 1000, 60000, 121000, 5000},
 	} {
-		if got := s.windowTTL(c.start, c.size, c.now); got != c.ms {
+		if got := s.windowTTL(c.start, c.size, c.span, c.now); got != c.ms {
 			t.Errorf("%s: windowTTL = %d, want %d", c.name, got, c.ms)
 		}
 	}

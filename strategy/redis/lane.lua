@@ -83,6 +83,17 @@ local function incr(key, field, arg, v, cur)
   return r
 end
 
+-- expire gives the window hash key the TTL ttl (ms, as sent) unless it
+-- already lasts longer: the keys of one hash may be read over different
+-- spans (a plain window, the sub-windows of a precision limit, a diff's
+-- Span), and the TTL one needs must not cut another's short. A hash with
+-- no TTL yet (PTTL -1) gets it.
+local function expire(key, ttl)
+  if redis.call('PTTL', key) < N[ttl] then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
 -- The group being run: KEYS[kb + 1] is its lane record and KEYS[kb + 1 + h]
 -- its hash number h; apply: whether its seq is above the record.
 local kb, apply = 0, false

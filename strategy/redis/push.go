@@ -46,6 +46,7 @@ type group struct {
 	runs  []run          // push: diffs by hash, in the order the script applies them
 	items []int          // check: the checks of the group, in order
 	ttls  []int64        // TTL of each hash, ms, parallel to wins (passed by pointer: no boxing)
+	spans []int64        // push: the longest Diff.Span (ms) of each hash's diffs, parallel to wins; nil while no diff has one above its size
 	args  argv           // ARGV of a script running this group alone
 	n     int            // diffs, bucket diffs or checks
 	nout  int            // values the group adds to the script's reply
@@ -146,6 +147,10 @@ func (s *Store) groups(diffs []strategy.Diff, buckets []strategy.BucketDiff, cou
 	for i, d := range diffs {
 		g := gr.of(d.Namespace, d.Key)
 		h, added := g.hash(window{d.WindowSize.Milliseconds(), d.WindowStart.UnixMilli()})
+		if d.Span > d.WindowSize {
+			g.spans = append(g.spans, make([]int64, len(g.wins)-len(g.spans))...)
+			g.spans[h-1] = max(g.spans[h-1], d.Span.Milliseconds())
+		}
 		switch {
 		case !count && added:
 			g.runs = append(g.runs, run{h: h}) // push mode: one run per hash, h == len(runs)
@@ -278,7 +283,11 @@ func (s *Store) encodePush(g *group, node string, seq any, ba *batchArgs, count 
 	s.setKeys(g, node)
 	g.ttls = make([]int64, m)
 	for k, w := range g.wins[:m] {
-		g.ttls[k] = s.windowTTL(w.start, w.size, now)
+		span := w.size
+		if k < len(g.spans) {
+			span = max(span, g.spans[k])
+		}
+		g.ttls[k] = s.windowTTL(w.start, w.size, span, now)
 	}
 	a := newArgv(seq, s.laneTTL, pushArgs(m, len(g.bdiffs), g.runs))
 	a.pushGroup(mode, len(g.keys), len(g.bdiffs), g.ttls)

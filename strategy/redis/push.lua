@@ -23,7 +23,8 @@
 -- then each value is added to its field as HINCRBYFLOAT adds it (see incr
 -- in lane.lua), each bucket diff to its bucket (bucketAdd at the diff's
 -- at, whatever the bucket's capacity), each of its m hashes gets its TTL
--- and seq becomes the lane record, which gets its TTL, in this one atomic
+-- (unless it lasts longer already: expire, in lane.lua) and seq becomes
+-- the lane record, which gets its TTL, in this one atomic
 -- script. A group that does not apply writes nothing.
 --
 -- Returns, for each diff of each group in count mode, in the order of the
@@ -113,7 +114,7 @@ local function group(a, n)
   end
   if apply then
     for h = 1, m do
-      redis.call('PEXPIRE', KEYS[kb + 1 + h], ARGV[a + 4 + h])
+      expire(KEYS[kb + 1 + h], ARGV[a + 4 + h])
     end
     redis.call('SET', KEYS[kb + 1], seq, 'PX', laneTTL)
   end

@@ -58,7 +58,12 @@
 //
 // A window hash of size S starting at T expires TTLMargin after T + 2S, by
 // the pushing node's clock (relative PEXPIRE, so the server's clock does not
-// matter), and at least TTLMargin after each push. A lane record expires
+// matter), and at least TTLMargin after each push. A window read over a
+// longer span W (a diff's Span, the sub-windows of a check's precision
+// limit) lasts until T + S + W + TTLMargin instead. A write never shortens
+// a hash's TTL (PTTL, then PEXPIRE when the TTL it needs is longer): the
+// keys of a shard share their window's hash, whatever the spans they are
+// read over. A lane record expires
 // LaneTTL after the last batch it recorded, so the records of departed nodes
 // go by themselves. A bucket expires a minute after it drains empty, by the
 // clock of the request that last changed it (relative PX again): the same
@@ -363,9 +368,11 @@ func checkFinite(what, field string, v float64) error {
 }
 
 // windowTTL returns the TTL, in ms, of the window of size starting at
-// start, as of now (all in ms): until start + 2 size + margin, and at least
-// margin.
-func (s *Store) windowTTL(start, size, now int64) int64 {
+// start, read in sliding windows of up to span (strategy.Diff.Span; at
+// least size), as of now (all in ms): until start + size + span + margin,
+// the end of the last span that reads it plus the margin, and at least
+// margin. A plain window (span = size) lives until start + 2 size + margin.
+func (s *Store) windowTTL(start, size, span, now int64) int64 {
 	margin := s.cfg.TTLMargin.Milliseconds()
-	return max(start+2*size+margin-now, margin)
+	return max(start+size+max(span, size)+margin-now, margin)
 }
