@@ -72,3 +72,57 @@ func TestSpanKeepsTheWindowHash(t *testing.T) {
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 6, Diffs: []strategy.Diff{short, longer, diff("ns", "c", next, size, 1)}})
 	pttlAbout(t, c, nextHash, until(next.Add(size+2*time.Minute+7*time.Second)))
 }
+
+// GetCounters reads Query.Depth windows of each size, newest first, with
+// Keys and for the whole namespace; a size listed twice is read as deep as
+// its deepest entry asks.
+func TestGetCountersReadsTheDepthOfEachSize(t *testing.T) {
+	s, _ := newStore(t, redis.Config{ScanThreshold: 2, FieldsPerCommand: 1})
+	ctx := context.Background()
+	p := time.Second
+	start := strategy.WindowStart(base, p)
+	var diffs []strategy.Diff
+	for back := range 6 {
+		for _, k := range []string{"a", "b", "c"} {
+			diffs = append(diffs, diff("ns", k, start.Add(-time.Duration(back)*p), p, float64(back+1)))
+		}
+	}
+	diffs = append(diffs, diff("ns", "a", strategy.WindowStart(base, time.Minute), time.Minute, 9))
+	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: diffs})
+	for _, tc := range []struct {
+		name  string
+		sizes []time.Duration
+		depth []int
+		keys  []string
+		want  int // counters
+	}{
+		{"keys, 4 deep", []time.Duration{p}, []int{4}, []string{"a", "b", "c"}, 12},
+		{"whole namespace, 4 deep", []time.Duration{p}, []int{4}, nil, 12},
+		{"below 2 is 2", []time.Duration{p}, []int{1}, nil, 6},
+		{"no depth is 2", []time.Duration{p, time.Minute}, nil, []string{"a"}, 3},
+		{"a size twice: the deepest", []time.Duration{p, time.Minute, p}, []int{3, 2, 5}, []string{"a", "c"}, 11},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := map[string]float64{}
+			for c, err := range s.GetCounters(ctx, strategy.Query{Namespace: "ns", WindowSizes: tc.sizes, Now: base.Add(300 * time.Millisecond), Keys: tc.keys, Windows: tc.depth}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				id := fmt.Sprintf("%s@%d/%v", c.Key, c.WindowStart.UnixMilli(), c.WindowSize)
+				if _, dup := got[id]; dup {
+					t.Fatalf("counter %s yielded twice", id)
+				}
+				got[id] = c.Count
+				if c.WindowSize == p {
+					back := int(start.Sub(c.WindowStart) / p)
+					if c.Count != float64(back+1) {
+						t.Errorf("counter %s = %v, want %d", id, c.Count, back+1)
+					}
+				}
+			}
+			if len(got) != tc.want {
+				t.Fatalf("%d counters %v, want %d", len(got), got, tc.want)
+			}
+		})
+	}
+}
