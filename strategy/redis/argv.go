@@ -133,15 +133,21 @@ func (a *argv) check(field, cost *string, nlimits, nbuckets int) {
 	*a = append(*a, field, cost, nlimits, nbuckets)
 }
 
-// limit appends a window limit of a check: the hash numbers of its current
-// and previous windows, the window size (ms), the ms elapsed in the
-// current window (nil: a fixed window), the limit.
-func (a *argv) limit(cur, prev int, size, elapsed *int64, limit *string) {
+// limit appends a window limit of a check: the number of windows it
+// reads, their hash numbers (the current window first, then the ones
+// before it: the previous one, or the sub-windows of a precision limit),
+// their size (ms), the ms elapsed in the current window (nil: a fixed
+// window), the limit.
+func (a *argv) limit(hashes []int, size, elapsed *int64, limit *string) {
 	var e any = "F"
 	if elapsed != nil {
 		e = elapsed
 	}
-	*a = append(*a, cur, prev, size, e, limit)
+	*a = append(*a, len(hashes))
+	for _, h := range hashes {
+		*a = append(*a, h)
+	}
+	*a = append(*a, size, e, limit)
 }
 
 // bucketLimit appends a bucket limit of a check: its bucket's key number
@@ -151,8 +157,9 @@ func (a *argv) bucketLimit(h int, now, window *int64, rate, burst *string) {
 }
 
 // checkArgs returns the size of the ARGV of a check group of m window
-// hashes and n checks of one limit each (more limits grow it).
-func checkArgs(m, n int) int { return argvHead + 3 + m + 9*n }
+// hashes and n checks of one plain window limit each (more limits, or
+// deeper ones, grow it).
+func checkArgs(m, n int) int { return argvHead + 3 + m + 10*n }
 
 // Calls of several groups.
 

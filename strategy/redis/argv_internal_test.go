@@ -84,24 +84,27 @@ func TestArgvLayout(t *testing.T) {
 			{Kind: 4, WindowSize: time.Second, Limit: 3, Burst: 5},
 			{WindowSize: time.Minute, Limit: 10},
 			{WindowSize: time.Second, Limit: 2, Fixed: true},
+			{WindowSize: 3 * time.Second, Limit: 4, Precision: time.Second}, // the fixed limit's current window, and 3 before it
 		}},
 		{Namespace: "ns", Key: "b", Cost: 0.5, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}},
 	}
-	strs := newCheckStrings(checks, 4)
+	strs := newCheckStrings(checks, 5)
 	gr := grouper{shards: 1}
 	for i, c := range checks {
 		g := gr.of(c.Namespace, c.Key)
 		g.items = append(g.items, i)
 	}
-	lims := s.checkHashes(gr.gs, checks, 4)
-	s.encodeCheck(gr.gs[0], "n", seq, checks, lims, &strs)
-	// m, k (the lane, 4 hashes, 1 bucket), simple ("0": a check of several
-	// limits), TTLs, then each check: field, cost, L, B, then L window
-	// limits: h, previous window's h, size, elapsed or "F", limit; then B
-	// bucket limits: bucket's key number, now, window, rate, burst.
-	want := `"00000000000000000007" 86400000 35 4 6 "0" 95000 35000 7000 6000 ` +
-		`"a" "1" 2 1 1 2 60000 30000 "10" 3 4 1000 "F" "2" 5 90000 1000 "3" "5" ` +
-		`"b" "0.5" 1 0 1 2 60000 30000 "10"`
+	lims, hashes := s.checkHashes(gr.gs, checks, 5)
+	s.encodeCheck(gr.gs[0], "n", seq, checks, lims, hashes, &strs)
+	// m, k (the lane, 6 hashes, 1 bucket), simple ("0": a check of several
+	// limits), TTLs (0 for the windows no check counts in; the 1 s window
+	// the longest of its limits': until 3 s after its end), then each
+	// check: field, cost, L, B, then L window limits: d, the h of its d
+	// windows (current first), size, elapsed or "F", limit; then B bucket
+	// limits: bucket's key number, now, window, rate, burst.
+	want := `"00000000000000000007" 86400000 48 6 8 "0" 95000 0 9000 0 0 0 ` +
+		`"a" "1" 3 1 2 1 2 60000 30000 "10" 2 3 4 1000 "F" "2" 4 3 4 5 6 1000 0 "4" 7 90000 1000 "3" "5" ` +
+		`"b" "0.5" 1 0 2 1 2 60000 30000 "10"`
 	if got := show(gr.gs[0].args); got != want {
 		t.Errorf("check:\n got  %s\n want %s", got, want)
 	}

@@ -6,23 +6,27 @@
 -- ARGV[1], ARGV[2]    seq and lane record TTL (see lane.lua)
 -- ARGV[3 ..]          groups, one per namespace shard, each: n, then n
 --                     arguments: m, k, "1" when its checks name distinct
---                     fields and have one window limit each and no bucket
---                     (else "0"), the TTL of each of its m window hashes
---                     (ms), then its checks, each: field, cost, L, B, then
---                     L window limits (current hash h, previous hash h,
---                     size ms, ms elapsed in the current window or 'F' for
---                     a fixed window, limit), then B bucket limits (bucket
+--                     fields and have one plain window limit each (two
+--                     windows) and no bucket (else "0"), the TTL of each
+--                     of its m window hashes (ms), then its checks, each:
+--                     field, cost, L, B, then L window limits (d, then the
+--                     hash numbers h of its d windows, the current one
+--                     first, then the ones before it: the previous window,
+--                     or the sub-windows of a precision limit; their size
+--                     ms, ms elapsed in the current window or 'F' for a
+--                     fixed window, limit), then B bucket limits (bucket
 --                     number h, now, window ms, rate, burst)
 -- KEYS                for each group in turn, k keys: its lane record (the
 --                     last seq applied for the node in that shard), its m
 --                     window hashes, numbered 1..m, then its buckets
 --
 -- A group applies when seq is above its lane record (or there is none).
--- Then a check passes when every limit lets it (windowFits: with the
--- elapsed time from the node's clock; bucketFits, in lane.lua: at the
--- check's now), and a passing check adds its cost once to the current
--- hash of each of its window limits (the current window of each distinct
--- size) and, when the cost is above 0, to each of its distinct buckets
+-- Then a check passes when every limit lets it (windowFits, or spanFits
+-- over more than two windows: with the elapsed time from the node's clock;
+-- bucketFits, in lane.lua: at the check's now), and a passing check adds
+-- its cost once to the current hash of each of its window limits (the
+-- current window of each distinct size) and, when the cost is above 0, to
+-- each of its distinct buckets
 -- (bucketAdd at now). Checks run in order, each seeing the counts of the
 -- ones before. The counted hashes get their TTL (unless they last longer
 -- already: expire, in lane.lua), the buckets are written
@@ -30,12 +34,12 @@
 -- does not apply writes nothing and passes nothing.
 --
 -- Returns, for each check of each group in order: '1' or '0' (passed),
--- then for each of its window limits the current and previous window's
--- value of the field after the decision ('' for none): strings, or
--- integers; then for each of its bucket limits the bucket after the
+-- then for each of its window limits the value of the field in each of
+-- its d windows after the decision, in their order ('' for none): strings,
+-- or integers; then for each of its bucket limits the bucket after the
 -- decision: at (an integer) and level (a string, '%.17g').
 --
--- Cost. Distinct fields of one limit each: 2 HGETs and, when the check
+-- Cost. Distinct fields of one plain limit each: 2 HGETs and, when the check
 -- passes, the increment (incr, in lane.lua) whose reply is its total. Any
 -- other group follows each (hash, field) in the script (Values, in
 -- lane.lua): it is read once, and the costs it takes are summed and
@@ -70,11 +74,11 @@ local touched, g = {}, 0
 local function simple(i, last)
   -- M: N for a group of several checks, whose arguments repeat; nil for
   -- one (a conversion remembered costs more than one made once).
-  local M = last - i > 9 and N or nil
+  local M = last - i > 10 and N or nil
   while i <= last do
-    local field, arg, e = ARGV[i], ARGV[i + 1], ARGV[i + 7]
-    local h = M and M[ARGV[i + 4]] or tonumber(ARGV[i + 4])
-    local p = M and M[ARGV[i + 5]] or tonumber(ARGV[i + 5])
+    local field, arg, e = ARGV[i], ARGV[i + 1], ARGV[i + 8]
+    local h = M and M[ARGV[i + 5]] or tonumber(ARGV[i + 5])
+    local p = M and M[ARGV[i + 6]] or tonumber(ARGV[i + 6])
     local cost = M and M[arg] or tonumber(arg)
     local cur = redis.call('HGET', KEYS[kb + 1 + h], field)
     local prev = redis.call('HGET', KEYS[kb + 1 + p], field)
@@ -93,8 +97,8 @@ local function simple(i, last)
       fault(p)
       allowed = false
     elseif allowed then
-      local size = M and M[ARGV[i + 6]] or tonumber(ARGV[i + 6])
-      local limit = M and M[ARGV[i + 8]] or tonumber(ARGV[i + 8])
+      local size = M and M[ARGV[i + 7]] or tonumber(ARGV[i + 7])
+      local limit = M and M[ARGV[i + 9]] or tonumber(ARGV[i + 9])
       local elapsed = e ~= 'F' and (M and M[e] or tonumber(e)) or nil
       allowed = windowFits(c, pv, cost, limit, size, elapsed)
     end
@@ -107,28 +111,50 @@ local function simple(i, last)
     end
     out[o + 2], out[o + 3] = cur or '', prev or ''
     o = o + 3
-    i = i + 9
+    i = i + 10
   end
 end
 
+-- value returns the value of field in hash number h, in a group whose
+-- values are followed (track): a number, or false.
+local function value(h, field)
+  local v = Z[h][field]
+  if v == nil then
+    v = num(h, field)
+  end
+  return v
+end
+
 -- fitsLimit reports whether cost fits the window limit at ARGV[j] for
--- field, in a group whose values are followed (track).
+-- field, in a group whose values are followed (track), and returns the
+-- index of the next limit. Over d windows (a precision limit's: d > 2) it
+-- judges as strategy.SpanFits: windowFits of the newest count plus the
+-- ones between (summed from 0, newest first, in this order) and the
+-- oldest count.
 local function fitsLimit(j, field, cost)
-  local h = N[ARGV[j]]
-  local c = Z[h][field]
-  if c == nil then
-    c = num(h, field)
+  local d = N[ARGV[j]]
+  local e, nxt = ARGV[j + d + 2], j + d + 4
+  local c = value(N[ARGV[j + 1]], field)
+  if not c then
+    return false, nxt
   end
-  local e, pv = ARGV[j + 3], 0
-  if c and e ~= 'F' then
-    h = N[ARGV[j + 1]]
-    pv = Z[h][field]
-    if pv == nil then
-      pv = num(h, field)
+  local size, limit = N[ARGV[j + d + 1]], N[ARGV[j + d + 3]]
+  if e == 'F' then
+    return windowFits(c, 0, cost, limit, size, nil), nxt
+  end
+  if d > 2 then
+    local mid = 0
+    for k = j + 2, j + d - 1 do
+      local v = value(N[ARGV[k]], field)
+      if not v then
+        return false, nxt
+      end
+      mid = mid + v
     end
+    c = c + mid
   end
-  local elapsed = e ~= 'F' and N[e] or nil
-  return c and pv and windowFits(c, pv, cost, N[ARGV[j + 4]], N[ARGV[j + 2]], elapsed)
+  local pv = value(N[ARGV[j + d]], field)
+  return pv and windowFits(c, pv, cost, limit, size, N[e]), nxt
 end
 
 -- fitsBucket reports whether cost fits the bucket limit at ARGV[j].
@@ -137,8 +163,8 @@ local function fitsBucket(j, cost)
   return b and bucketFits(b, N[ARGV[j + 3]], N[ARGV[j + 4]], cost, N[ARGV[j + 2]], N[ARGV[j + 1]])
 end
 
--- firstOf reports whether the limit at ARGV[j] is the first of those from
--- ARGV[from] on (5 arguments each) to name its hash or bucket.
+-- firstOf reports whether the bucket limit at ARGV[j] is the first of
+-- those from ARGV[from] on (5 arguments each) to name its bucket.
 local function firstOf(from, j)
   for k = from, j - 5, 5 do
     if ARGV[k] == ARGV[j] then
@@ -148,31 +174,45 @@ local function firstOf(from, j)
   return true
 end
 
+-- firstWindow reports whether the window limit at ARGV[j] is the first of
+-- those from ARGV[from] on to name its current hash (the limits of one
+-- size count once).
+local function firstWindow(from, j)
+  local k = from
+  while k < j do
+    if ARGV[k + 1] == ARGV[j + 1] then
+      return false
+    end
+    k = k + N[ARGV[k]] + 4
+  end
+  return true
+end
+
 -- check runs the check at ARGV[i] of a group whose values are followed
 -- (track) and returns the index of the next.
 local function check(i)
   local field, arg = ARGV[i], ARGV[i + 1]
   local cost = N[arg]
-  local win = i + 4 -- window limits, then buckets from bkt to the end
-  local bkt = win + 5 * N[ARGV[i + 2]]
-  local stop = bkt + 5 * N[ARGV[i + 3]]
-  local allowed = apply
-  for j = win, stop - 1, 5 do
+  local win, nw = i + 4, N[ARGV[i + 2]] -- window limits, then buckets from bkt to the end
+  local allowed, bkt = apply, win
+  for _ = 1, nw do
     local fits
-    if j < bkt then
-      fits = fitsLimit(j, field, cost)
-    else
-      fits = fitsBucket(j, cost)
-    end
+    fits, bkt = fitsLimit(bkt, field, cost)
     allowed = allowed and fits
   end
+  local stop = bkt + 5 * N[ARGV[i + 3]]
+  for j = bkt, stop - 1, 5 do
+    allowed = fitsBucket(j, cost) and allowed
+  end
   if allowed then
-    for j = win, bkt - 1, 5 do
-      if firstOf(win, j) then
-        local h = N[ARGV[j]]
+    local j = win
+    while j < bkt do
+      if firstWindow(win, j) then
+        local h = N[ARGV[j + 1]]
         add(h, field, cost, arg)
         touched[h] = g
       end
+      j = j + N[ARGV[j]] + 4
     end
     for j = bkt, stop - 1, 5 do
       if cost > 0 and firstOf(bkt, j) then
@@ -182,10 +222,15 @@ local function check(i)
   end
   o = o + 1
   out[o] = allowed and '1' or '0'
-  for j = win, bkt - 1, 5 do
-    local h, p = N[ARGV[j]], N[ARGV[j + 1]]
-    out[o + 1], out[o + 2] = S[h][field] or reply(h, field), S[p][field] or reply(p, field)
-    o = o + 2
+  local j = win
+  while j < bkt do
+    local d = N[ARGV[j]]
+    for k = j + 1, j + d do
+      local h = N[ARGV[k]]
+      o = o + 1
+      out[o] = S[h][field] or reply(h, field)
+    end
+    j = j + d + 4
   end
   for j = bkt, stop - 1, 5 do
     local b = bucket(N[ARGV[j]])

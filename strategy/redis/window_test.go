@@ -3,6 +3,9 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,5 +127,148 @@ func TestGetCountersReadsTheDepthOfEachSize(t *testing.T) {
 				t.Fatalf("%d counters %v, want %d", len(got), got, tc.want)
 			}
 		})
+	}
+}
+
+// A precision limit counts in its current sub-window, whose hash lasts
+// until the limit's span slides past it (start + p + WindowSize +
+// TTLMargin), shared with a plain limit of the same size: one count, the
+// longer TTL. The sub-windows it only reads keep theirs.
+func TestPrecisionWindowTTL(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1, TTLMargin: 7 * time.Second})
+	ctx := context.Background()
+	p, w := time.Second, time.Minute
+	now := time.Now()
+	start := strategy.WindowStart(now, p)
+	hash := func(start time.Time) string {
+		return fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, p.Milliseconds(), start.UnixMilli())
+	}
+	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start.Add(-3*p), p, 2)}})
+	res, err := s.CheckAndCount(ctx, "n", 2, []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: now, Limits: []strategy.CheckLimit{
+		{WindowSize: p, Limit: 100}, {WindowSize: w, Limit: 100, Precision: p},
+	}}})
+	if err != nil || !res[0].Allowed {
+		t.Fatalf("check = %+v, %v; want allowed", res, err)
+	}
+	if got := res[0].Windows[1]; len(got) != 61 || got[0] != 1 || got[3] != 2 {
+		t.Fatalf("windows %v: want 61, the current holding 1 (counted once), the 4th 2", got)
+	}
+	pttlAbout(t, c, hash(start), time.Until(start.Add(p+w+7*time.Second)))
+	pttlAbout(t, c, hash(start.Add(-3*p)), 7*time.Second) // past its life as a previous window: the margin
+	for back := 1; back <= 60; back++ {
+		if back != 3 && c.Exists(ctx, hash(start.Add(-time.Duration(back)*p))).Val() != 0 {
+			t.Fatalf("sub-window %d back exists: a read made it", back)
+		}
+	}
+}
+
+// Redis decides every precision limit as the node does (strategy.SpanFits
+// over the counts Redis holds), bit for bit, at the boundary of its
+// decision or one ulp either side; a plain limit of the sub-window size in
+// the same check shares its count.
+func TestPrecisionDecisionsAreTheNodes(t *testing.T) {
+	s, _ := newStore(t, redis.Config{})
+	ctx := context.Background()
+	b := boundaries{rand.New(rand.NewPCG(5, 6))}
+	subs := []int64{7, 1000, 60000}
+	depths := []int{3, 4, 6, 11}
+	type counter struct {
+		key   string
+		start int64
+	}
+	var diffs []strategy.Diff
+	checks := make([]strategy.Check, decisions)
+	for i := range checks {
+		p := time.Duration(subs[b.rnd.IntN(len(subs))]) * time.Millisecond
+		d := depths[b.rnd.IntN(len(depths))]
+		start := strategy.WindowStart(far, p)
+		key := fmt.Sprintf("p%d", i)
+		for back := range d + 1 { // one more, out of the span
+			diffs = append(diffs, diff("ns", key, start.Add(-time.Duration(back)*p), p, b.value(true)))
+		}
+		now := start.Add(time.Duration(b.rnd.Int64N(p.Milliseconds())) * time.Millisecond)
+		checks[i] = strategy.Check{Namespace: "ns", Key: key, Cost: b.value(true), Now: now,
+			Limits: []strategy.CheckLimit{{WindowSize: time.Duration(d-1) * p, Precision: p}}}
+	}
+	mustPush(t, s, strategy.Batch{Node: "seed", Seq: 1, Diffs: diffs})
+	held := map[counter]float64{} // as Redis holds them
+	var sizes []time.Duration
+	for _, p := range subs {
+		sizes = append(sizes, time.Duration(p)*time.Millisecond)
+	}
+	for c, err := range s.GetCounters(ctx, strategy.Query{Namespace: "ns", WindowSizes: sizes, Now: far, Windows: []int{12, 12, 12}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[counter{c.Key, c.WindowStart.UnixMilli()}] = c.Count
+	}
+	counts := func(c strategy.Check) []float64 {
+		l := c.Limits[0]
+		start := strategy.WindowStart(c.Now, l.Precision)
+		out := make([]float64, l.Depth())
+		for back := range out {
+			out[back] = held[counter{c.Key, start.Add(-time.Duration(back) * l.Precision).UnixMilli()}]
+		}
+		return out
+	}
+	elapsed := func(c strategy.Check) int64 {
+		return c.Now.UnixMilli() - strategy.WindowStart(c.Now, c.Limits[0].Precision).UnixMilli()
+	}
+	for i := range checks {
+		c, l := checks[i], &checks[i].Limits[0]
+		cur, oldest := strategy.SpanParts(counts(c))
+		size := float64(l.Precision.Milliseconds())
+		l.Limit = b.near(((cur+c.Cost)*size + oldest*(size-float64(elapsed(c)))) / size)
+		if i >= decisions/2 {
+			checks[i].Limits = append(checks[i].Limits, strategy.CheckLimit{WindowSize: l.Precision, Limit: 1e300})
+		}
+	}
+	decide(t, s, checks, func(i int, r strategy.CheckResult) {
+		c, l := checks[i], checks[i].Limits[0]
+		n := counts(c)
+		want := strategy.SpanFits(n, c.Cost, l.Limit, l.Precision.Milliseconds(), elapsed(c))
+		if r.Allowed != want {
+			t.Errorf("check %d (%+v; counts %v): allowed %v, the node decides %v", i, c, n, r.Allowed, want)
+		}
+		if len(r.Windows) != len(c.Limits) || len(r.Windows[0]) != len(n) || !slices.Equal(r.Windows[0][1:], n[1:]) {
+			t.Fatalf("check %d: windows %v, want %d counts ending %v", i, r.Windows, len(n), n[1:])
+		}
+		if r.Totals[0].Current != r.Windows[0][0] || r.Totals[0].Previous != n[1] {
+			t.Errorf("check %d: totals %+v, want the newest two of %v", i, r.Totals[0], r.Windows[0])
+		}
+		if len(c.Limits) == 2 && (r.Windows[1] != nil || r.Totals[1] != r.Totals[0]) {
+			t.Errorf("check %d: the plain limit: totals %+v, windows %v; want the precision limit's two newest, no windows", i, r.Totals[1], r.Windows[1])
+		}
+	})
+}
+
+// Precision is refused, naming the field, when it does not divide the
+// window, is not whole milliseconds, or is set on a fixed window or
+// another kind of limit; nothing is sent.
+func TestInvalidPrecisionIsRejected(t *testing.T) {
+	s, c := newStore(t, redis.Config{})
+	ops := countOps(t, c)
+	for _, tc := range []struct {
+		name string
+		l    strategy.CheckLimit
+	}{
+		{"not dividing", strategy.CheckLimit{WindowSize: time.Minute, Limit: 1, Precision: 7 * time.Second}},
+		{"above the window", strategy.CheckLimit{WindowSize: time.Second, Limit: 1, Precision: 2 * time.Second}},
+		{"negative", strategy.CheckLimit{WindowSize: time.Second, Limit: 1, Precision: -time.Millisecond}},
+		{"sub-millisecond", strategy.CheckLimit{WindowSize: time.Second, Limit: 1, Precision: 500 * time.Microsecond}},
+		{"fixed", strategy.CheckLimit{WindowSize: time.Minute, Limit: 1, Precision: time.Second, Fixed: true}},
+		{"a bucket", strategy.CheckLimit{WindowSize: time.Minute, Limit: 1, Precision: time.Second, Kind: kindToken, Burst: 1}},
+		{"a log", strategy.CheckLimit{WindowSize: time.Minute, Limit: 1, Precision: time.Second, Kind: strategy.KindLog}},
+	} {
+		checks := []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: base, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 1}, tc.l}}}
+		want := fmt.Sprintf(`redis: check 0 (key "k"): limit 1: Precision = %v: must be whole milliseconds dividing WindowSize %v`, tc.l.Precision, tc.l.WindowSize)
+		if _, err := s.CheckAndCount(context.Background(), "n", 1, checks); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: CheckAndCount = %v, want an error containing %q", tc.name, err, want)
+		}
+	}
+	if n := ops.n.Load(); n != 0 {
+		t.Fatalf("%d commands sent for invalid input, want none", n)
 	}
 }
