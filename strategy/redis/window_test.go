@@ -16,17 +16,17 @@ import (
 	"github.com/ratesync/ratesync/strategy/redis"
 )
 
-// pttlAbout fails t unless key's TTL is want, give or take the time the
-// test took since it computed want (up to 3 s) and a few ms of rounding
-// (TTLs are counted from clocks read in whole ms).
-func pttlAbout(t *testing.T, c *goredis.Client, key string, want time.Duration) {
+// pttlAbout fails t unless key's TTL is want, as set by an operation that
+// started at since (wall clock), less the time gone since then, with 2 ms
+// of rounding either way (TTLs count from clocks read in whole ms).
+func pttlAbout(t *testing.T, c *goredis.Client, key string, want time.Duration, since time.Time) {
 	t.Helper()
 	got, err := c.PTTL(context.Background(), key).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got > want+5*time.Millisecond || got < want-3*time.Second {
-		t.Errorf("%s: TTL %v, want about %v", key, got, want)
+	if got > want+2*time.Millisecond || got < want-time.Since(since)-2*time.Millisecond {
+		t.Errorf("%s: TTL %v, want %v less the %v since it was set", key, got, want, time.Since(since))
 	}
 }
 
@@ -43,29 +43,29 @@ func TestSpanKeepsTheWindowHash(t *testing.T) {
 	now := time.Now()
 	start := strategy.WindowStart(now, size)
 	hash := fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, size.Milliseconds(), start.UnixMilli())
-	until := func(end time.Time) time.Duration { return time.Until(end) }
+	until := func(end time.Time) time.Duration { return end.Sub(now) }
 
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "plain", start, size, 1)}})
-	pttlAbout(t, c, hash, until(start.Add(2*size+7*time.Second)))
+	pttlAbout(t, c, hash, until(start.Add(2*size+7*time.Second)), now)
 
 	spanned := diff("ns", "spanned", start, size, 1)
 	spanned.Span = span
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 2, Diffs: []strategy.Diff{spanned}})
 	long := start.Add(size + span + 7*time.Second)
-	pttlAbout(t, c, hash, until(long))
+	pttlAbout(t, c, hash, until(long), now)
 
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 3, Diffs: []strategy.Diff{diff("ns", "plain", start, size, 1)}})
-	pttlAbout(t, c, hash, until(long))
+	pttlAbout(t, c, hash, until(long), now)
 	if _, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: 4, Diffs: []strategy.Diff{diff("ns", "plain", start, size, 1)}}); err != nil {
 		t.Fatal(err)
 	}
-	pttlAbout(t, c, hash, until(long))
+	pttlAbout(t, c, hash, until(long), now)
 	res, err := s.CheckAndCount(ctx, "n", 5, []strategy.Check{{Namespace: "ns", Key: "plain", Cost: 1, Now: now,
 		Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 100}}}})
 	if err != nil || !res[0].Allowed || res[0].Totals[0].Current != 4 {
 		t.Fatalf("check = %+v, %v; want allowed, current 4", res, err)
 	}
-	pttlAbout(t, c, hash, until(long))
+	pttlAbout(t, c, hash, until(long), now)
 
 	// The longest span of one batch wins, whatever the order of its diffs.
 	next := start.Add(size)
@@ -73,7 +73,7 @@ func TestSpanKeepsTheWindowHash(t *testing.T) {
 	short, longer := diff("ns", "a", next, size, 1), diff("ns", "b", next, size, 1)
 	short.Span, longer.Span = 10*time.Second, 2*time.Minute
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 6, Diffs: []strategy.Diff{short, longer, diff("ns", "c", next, size, 1)}})
-	pttlAbout(t, c, nextHash, until(next.Add(size+2*time.Minute+7*time.Second)))
+	pttlAbout(t, c, nextHash, until(next.Add(size+2*time.Minute+7*time.Second)), now)
 }
 
 // GetCounters reads Query.Depth windows of each size, newest first, with
@@ -155,8 +155,8 @@ func TestPrecisionWindowTTL(t *testing.T) {
 	if got := res[0].Windows[1]; len(got) != 61 || got[0] != 1 || got[3] != 2 {
 		t.Fatalf("windows %v: want 61, the current holding 1 (counted once), the 4th 2", got)
 	}
-	pttlAbout(t, c, hash(start), time.Until(start.Add(p+w+7*time.Second)))
-	pttlAbout(t, c, hash(start.Add(-3*p)), 7*time.Second) // past its life as a previous window: the margin
+	pttlAbout(t, c, hash(start), start.Add(p+w+7*time.Second).Sub(now), now)
+	pttlAbout(t, c, hash(start.Add(-3*p)), 7*time.Second, now) // past its life as a previous window: the margin
 	for back := 1; back <= 60; back++ {
 		if back != 3 && c.Exists(ctx, hash(start.Add(-time.Duration(back)*p))).Val() != 0 {
 			t.Fatalf("sub-window %d back exists: a read made it", back)
