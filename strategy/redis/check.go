@@ -17,12 +17,16 @@ import (
 // strategy.WindowFits for a window limit, with the time elapsed in the
 // current window from the check's Now (strategy.SpanFits over the Depth
 // sub-windows of a limit with a Precision), and strategy.BucketFits for a
-// bucket limit (Kind != 0: the bucket (Key, Kind, WindowSize), refilling
-// Limit per WindowSize up to Burst), at Now; Redis computes them as the
-// node does, bit for bit. A passing check adds Cost once to the current
-// window of each distinct size (Sub) of its window limits and, when
-// Cost > 0, to each of its distinct buckets (strategy.BucketAdd at Now).
-// A precision limit's result holds all its Depth counts in Windows.
+// bucket limit (the bucket (Key, Kind, WindowSize), refilling Limit per
+// WindowSize up to Burst), strategy.AnchoredFits for an anchored window
+// and strategy.LogFits for a log (trimmed at Now first), at Now; Redis
+// computes them as the node does, bit for bit. A passing check adds Cost
+// once to the current window of each distinct size (Sub) of its window
+// limits and, when Cost > 0, to each of its distinct buckets, anchored
+// windows and logs (strategy.BucketAdd, AnchoredAdd, Log.Add at Now). A
+// precision limit's result holds all its Depth counts in Windows; a log's
+// state holds, for a check that did not pass and that the log refuses,
+// the instant it fits (strategy.RetryAt).
 //
 // When (node, seq) was already applied in a check's shard, that check
 // counts nothing and is returned not allowed, with the current totals and
@@ -69,9 +73,10 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 
 // limitKeys locates the keys of one limit of a check in its group: the
 // hashes of a window limit are hashes[lo:hi] of the call (hash numbers,
-// the window holding the check's Now first, then the ones before it); a
-// bucket limit's key is bucket number bucket.
-type limitKeys struct{ lo, hi, bucket int }
+// the window holding the check's Now first, then the ones before it); the
+// key of a bucket, anchored window or log is number keyed of the group's
+// buckets (see group.keyed).
+type limitKeys struct{ lo, hi, keyed int }
 
 // checkHashes gives each group the hashes of its checks' windows, with
 // the TTL of each (the longest any check counting in it asks), and its
@@ -92,7 +97,7 @@ func (s *Store) checkHashes(gs []*group, checks []strategy.Check, nlim int) ([]l
 			for j := range c.Limits {
 				l := &c.Limits[j]
 				if l.Kind != 0 {
-					lims = append(lims, limitKeys{bucket: g.bucket(bucketRef{c.Key, l.Kind, l.WindowSize.Milliseconds()})})
+					lims = append(lims, limitKeys{keyed: g.keyed(c.Key, l.Kind, l.WindowSize.Milliseconds())})
 					continue
 				}
 				size := l.Sub().Milliseconds()
@@ -180,13 +185,16 @@ func (s *Store) encodeCheck(g *group, node string, seq any, checks []strategy.Ch
 
 // replyLen returns the number of values check.lua replies for c: its
 // decision, the Depth counts of each window limit, two values per bucket
-// limit.
+// or anchored window limit and three per log limit.
 func replyLen(c *strategy.Check) int {
 	n := 1
 	for j := range c.Limits {
-		if l := &c.Limits[j]; l.Kind == 0 {
+		switch l := &c.Limits[j]; l.Kind {
+		case 0:
 			n += l.Depth()
-		} else {
+		case strategy.KindLog:
+			n += 3
+		default:
 			n += 2
 		}
 	}
@@ -215,15 +223,21 @@ func encodeLimits(a *argv, g *group, c *strategy.Check, lims []limitKeys, hashes
 		if l.Kind == 0 {
 			continue
 		}
-		rate, burst := strs.format(&strs.limits, l.Limit), strs.format(&strs.bursts, l.Burst)
-		a.bucketLimit(len(g.wins)+lims[j].bucket, n.intArg(now), n.intArg(l.WindowSize.Milliseconds()), rate, burst)
+		limit := strs.format(&strs.limits, l.Limit)
+		var burst any = ""
+		if isBucket(l.Kind) {
+			burst = strs.format(&strs.bursts, l.Burst)
+		} else {
+			strs.k++
+		}
+		a.keyedLimit(keyedType(l.Kind), len(g.wins)+lims[j].keyed, n.intArg(now), n.intArg(l.WindowSize.Milliseconds()), limit, burst)
 	}
 }
 
-// checkResults parses the decisions, totals and buckets of the checks from
-// the replies of their groups into out: per check, the decision, the
-// Depth counts of each window limit, then two values per bucket limit (see
-// check.lua).
+// checkResults parses the decisions, totals and keyed states of the checks
+// from the replies of their groups into out: per check, the decision, the
+// Depth counts of each window limit, then the state of each keyed limit
+// (see replyLen and check.lua).
 func checkResults(gs []*group, checks []strategy.Check, nlim int, out []strategy.CheckResult, op func() string) error {
 	totals := make([]strategy.Totals, nlim)
 	for _, g := range gs {
@@ -246,10 +260,10 @@ func checkResults(gs []*group, checks []strategy.Check, nlim int, out []strategy
 	return nil
 }
 
-// checkResult parses the totals, windows and buckets of check c into r
-// from vals: the Depth counts of each of its window limits first (newest
-// first: the current and the previous window are its totals), then two
-// values per bucket limit.
+// checkResult parses the totals, windows and keyed states of check c into
+// r from vals: the Depth counts of each of its window limits first (newest
+// first: the current and the previous window are its totals), then the
+// state of each keyed limit: at and level, and a log's RetryAt.
 func checkResult(r *strategy.CheckResult, c *strategy.Check, vals []any) error {
 	k := 0
 	for j := range c.Limits {
@@ -297,6 +311,12 @@ func checkResult(r *strategy.CheckResult, c *strategy.Check, vals []any) error {
 			return err
 		}
 		k += 2
+		if l.Kind == strategy.KindLog {
+			if b.RetryAt, err = parseMs(vals[k]); err != nil {
+				return err
+			}
+			k++
+		}
 	}
 	return nil
 }
@@ -311,7 +331,7 @@ func validCheck(i int, c *strategy.Check) error {
 		return fmt.Errorf("redis: %s: Cost = %v: must be >= 0", what(), c.Cost)
 	}
 	for j, l := range c.Limits {
-		if l.WindowSize > 0 && l.WindowSize%time.Millisecond == 0 && positive(l.Limit) && (l.Kind == 0 || positive(l.Burst)) && l.Precision == 0 {
+		if l.WindowSize > 0 && l.WindowSize%time.Millisecond == 0 && positive(l.Limit) && (l.Kind == 0 || !isBucket(l.Kind) || positive(l.Burst)) && l.Precision == 0 {
 			continue
 		}
 		lwhat := fmt.Sprintf("%s: limit %d", what(), j)

@@ -354,10 +354,11 @@ func (s *Store) GetWindow(ctx context.Context, namespace, key string, windowStar
 }
 
 // Purge does nothing but check its arguments: every window hash expires
-// Config.TTLMargin after it stops being a previous window, every bucket a
-// minute after it drains empty, and every lane record Config.LaneTTL after
-// its last use, by Redis TTL (see the package doc), so there is nothing
-// left for it to remove.
+// Config.TTLMargin after it stops being read, every bucket a minute after
+// it drains empty, every anchored window a minute after it closes, every
+// log a minute after its newest entry stops weighing, and every lane
+// record Config.LaneTTL after its last use, by Redis TTL (see the package
+// doc), so there is nothing left for it to remove.
 func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.Duration, now time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err

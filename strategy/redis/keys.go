@@ -3,6 +3,8 @@ package redis
 import (
 	"strconv"
 	"strings"
+
+	"github.com/ratesync/ratesync/strategy"
 )
 
 // Key layout. With tag = "{" + Prefix + ":" + escaped namespace + ":" + shard + "}":
@@ -11,6 +13,10 @@ import (
 //	tag + ":lane:" + node                  last Seq applied for node in the shard
 //	tag + ":b:" + kind + ":" + window ms + ":" + key
 //	                                       one bucket of a key of the shard (bucket.go)
+//	tag + ":a:" + window ms + ":" + key    one anchored window: "at level"
+//	tag + ":l:" + window ms + ":" + key    one sliding log's entries: sorted set, score
+//	                                       and member "at:cost" per ms
+//	tag + ":ls:" + window ms + ":" + key   the same log's "newest sum"
 //	Prefix + ":layout"                     "v1 shards=N": the layout nodes agree on
 //
 // The namespace is escaped ('%', '{', '}' as %25, %7B, %7D) so that the tag
@@ -73,8 +79,8 @@ func windowKey(tag string, sizeMs, startMs int64) string {
 }
 
 // setKeys sets g.tag and g.keys: node's lane record in g's shard, the hash
-// of each window of g.wins, then each bucket of g.bkeys. The keys are those
-// of laneKey, windowKey and bucketKey, built in one string.
+// of each window of g.wins, then each key of g.bkeys. The keys are those
+// of laneKey, windowKey, bucketKey and keyedKey, built in one string.
 func (s *Store) setKeys(g *group, node string) {
 	ns := escapeNamespace(g.ns)
 	var b strings.Builder
@@ -110,9 +116,18 @@ func (s *Store) setKeys(g *group, node string) {
 	}
 	for _, r := range g.bkeys {
 		tag()
-		b.WriteString(":b:")
-		b.Write(strconv.AppendUint(num[:0], uint64(r.kind), 10))
-		b.WriteByte(':')
+		switch {
+		case r.kind == strategy.KindAnchored:
+			b.WriteString(":a:")
+		case r.kind == strategy.KindLog && r.sum:
+			b.WriteString(":ls:")
+		case r.kind == strategy.KindLog:
+			b.WriteString(":l:")
+		default:
+			b.WriteString(":b:")
+			b.Write(strconv.AppendUint(num[:0], uint64(r.kind), 10))
+			b.WriteByte(':')
+		}
 		b.Write(strconv.AppendInt(num[:0], r.window, 10))
 		b.WriteByte(':')
 		b.WriteString(r.key)
@@ -126,6 +141,19 @@ func (s *Store) setKeys(g *group, node string) {
 		g.keys[i] = all[start:end]
 		start = end
 	}
+}
+
+// keyedKey returns the key of an anchored window (kind KindAnchored), or
+// of a log's entries or, with sum, its sum (KindLog), in tag's shard.
+func keyedKey(tag string, kind uint8, windowMs int64, key string, sum bool) string {
+	part := ":a:"
+	if kind == strategy.KindLog {
+		part = ":l:"
+		if sum {
+			part = ":ls:"
+		}
+	}
+	return tag + part + strconv.FormatInt(windowMs, 10) + ":" + key
 }
 
 // laneKey returns the key of node's lane record in tag's shard.

@@ -15,7 +15,9 @@ import (
 
 // PushDiffs adds each diff of b to its counter, and each bucket diff to its
 // bucket (strategy.BucketAdd at the diff's At, with no regard to capacity),
-// at most once per (b.Node, b.Seq): one push.lua script per namespace shard
+// anchored window (strategy.AnchoredAdd at At) or log (strategy.Log.Add at
+// At, in its place among the entries, not trimmed), at most once per
+// (b.Node, b.Seq): one push.lua script per namespace shard
 // the batch touches, all in one pipelined round trip. A batch whose
 // (Node, Seq) was already applied (a retry after a lost reply) counts
 // nothing and returns nil. On an error, some shard groups may have been
@@ -165,7 +167,7 @@ func (s *Store) groups(diffs []strategy.Diff, buckets []strategy.BucketDiff, cou
 	}
 	for i, d := range buckets {
 		g := gr.of(d.Namespace, d.Key)
-		g.bdiffs = append(g.bdiffs, bucketUse{i, g.bucket(bucketRef{d.Key, d.Kind, d.Window.Milliseconds()})})
+		g.bdiffs = append(g.bdiffs, bucketUse{i, g.keyed(d.Key, d.Kind, d.Window.Milliseconds())})
 	}
 	return gr.gs
 }
@@ -293,7 +295,7 @@ func (s *Store) encodePush(g *group, node string, seq any, ba *batchArgs, count 
 	a.pushGroup(mode, len(g.keys), len(g.bdiffs), g.ttls)
 	for _, u := range g.bdiffs {
 		d, n := &ba.buckets[u.item], ba.nums
-		a.bucketDiff(len(g.wins)+u.b, n.intArg(d.At), n.floatArg(d.Cost), n.intArg(d.Window.Milliseconds()), n.floatArg(d.Rate))
+		a.keyedDiff(keyedType(d.Kind), len(g.wins)+u.b, n.intArg(d.At), n.floatArg(d.Cost), n.intArg(d.Window.Milliseconds()), n.floatArg(d.Rate))
 	}
 	g.n = 0
 	for _, r := range g.runs {
