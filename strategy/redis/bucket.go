@@ -171,9 +171,9 @@ func parseMs(v any) (int64, error) {
 		if v == "" {
 			return 0, nil
 		}
-		return 0, fmt.Errorf("bucket time %q: want an integer", v)
+		return 0, fmt.Errorf("instant %q: want an integer", v)
 	}
-	return 0, fmt.Errorf("bucket time of type %T: want an integer", v)
+	return 0, fmt.Errorf("instant of type %T: want an integer", v)
 }
 
 // GetBuckets returns the buckets of refs that the store holds, in the

@@ -79,9 +79,10 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 type limitKeys struct{ lo, hi, keyed int }
 
 // checkHashes gives each group the hashes of its checks' windows, with
-// the TTL of each (the longest any check counting in it asks), and its
-// checks' buckets, and returns the keys of every limit, in the order of
-// the groups' items, with the hash numbers they point into.
+// the TTL of each (the longest any check counting in it asks), and the
+// keys of its checks' buckets, anchored windows and logs, and returns the
+// keys of every limit, in the order of the groups' items, with the hash
+// numbers they point into.
 //
 // A window limit reads Depth windows of size Sub: its current and previous
 // windows, or the sub-windows of a precision limit. It counts in the
@@ -202,8 +203,8 @@ func replyLen(c *strategy.Check) int {
 }
 
 // encodeLimits appends the limits of check c of group g, whose keys are
-// lims (pointing into hashes): its window limits, then its bucket limits,
-// each in order.
+// lims (pointing into hashes): its window limits, then its keyed limits
+// (buckets, anchored windows, logs), each in order.
 func encodeLimits(a *argv, g *group, c *strategy.Check, lims []limitKeys, hashes []int, strs *checkStrings) {
 	now := c.Now.UnixMilli()
 	n := strs.ints

@@ -21,9 +21,9 @@
 --                     bucket's rate), a bucket's burst or '')
 -- KEYS                for each group in turn, k keys: its lane record (the
 --                     last seq applied for the node in that shard), its m
---                     window hashes, numbered 1..m, then its buckets,
---                     anchored windows and logs (two keys each: see
---                     lane.lua), numbered on
+--                     window hashes, numbered 1..m, then the keys of its
+--                     buckets, anchored windows and logs (a log has two:
+--                     see lane.lua), numbered on
 --
 -- A group applies when seq is above its lane record (or there is none).
 -- Then a check passes when every limit lets it (windowFits, or spanFits
@@ -51,24 +51,25 @@
 -- not pass and the log refuses it (logRetry), else 0. A key that holds
 -- something else: '' for each.
 --
--- Cost. Distinct fields of one plain limit each: 2 HGETs and, when the check
--- passes, the increment (incr, in lane.lua) whose reply is its total. Any
--- other group follows each (hash, field) in the script (Values, in
--- lane.lua): it is read once, and the costs it takes are summed and
+-- Cost. Distinct fields of one plain limit each: 2 HGETs and, when the
+-- check passes, the increment (incr, in lane.lua) whose reply is its
+-- total. Any other group follows each (hash, field) in the script (Values,
+-- in lane.lua): it is read once, and the costs it takes are summed and
 -- written at the end with one increment (3 calls per distinct key, 3 in
 -- all for one hot key); each bucket or anchored window is read once and
--- written once, each log read once (GET) and trimmed, and its hits of one
--- ms read (ZRANGEBYSCORE) and written (ZADD) once. Then
--- each counted hash gets one PTTL and, when that is shorter than its TTL,
--- one PEXPIRE, and the lane record its GET and SET.
+-- written once; each log is read once (GET), trimmed (ZRANGEBYSCORE, and
+-- ZREMRANGEBYSCORE when entries stopped weighing), and its hits of one ms
+-- written once (ZADD; with a ZRANGEBYSCORE and ZREM when an entry of that
+-- ms is stored). Then each counted hash gets one PTTL and, when that is
+-- shorter than its TTL, one PEXPIRE, and the lane record its GET and SET.
 -- Either way the decisions, totals and stored counts are those of one
 -- HINCRBYFLOAT per passing check.
 --
 -- A field that holds no number (a key that holds no bucket, anchored
--- window or log) fails the
--- checks that read it (they do not pass). Like a write that fails, it does
--- not stop the others, and seq is recorded anyway (see lane.lua); the
--- reply is then an error naming the first failure.
+-- window or log) fails the checks that read it (they do not pass). Like a
+-- write that fails, it does not stop the others, and seq is recorded
+-- anyway (see lane.lua); the reply is then an error naming the first
+-- failure.
 
 -- windowFits reports whether cost fits a window limit
 -- (strategy.WindowFits): the current window holds c and the previous one

@@ -79,8 +79,9 @@ func windowKey(tag string, sizeMs, startMs int64) string {
 }
 
 // setKeys sets g.tag and g.keys: node's lane record in g's shard, the hash
-// of each window of g.wins, then each key of g.bkeys. The keys are those
-// of laneKey, windowKey, bucketKey and keyedKey, built in one string.
+// of each window of g.wins, then each key of g.bkeys (see the layout
+// above). The keys are those of laneKey, windowKey and bucketKey, and
+// those of anchored windows and logs, built in one string.
 func (s *Store) setKeys(g *group, node string) {
 	ns := escapeNamespace(g.ns)
 	var b strings.Builder
@@ -141,19 +142,6 @@ func (s *Store) setKeys(g *group, node string) {
 		g.keys[i] = all[start:end]
 		start = end
 	}
-}
-
-// keyedKey returns the key of an anchored window (kind KindAnchored), or
-// of a log's entries or, with sum, its sum (KindLog), in tag's shard.
-func keyedKey(tag string, kind uint8, windowMs int64, key string, sum bool) string {
-	part := ":a:"
-	if kind == strategy.KindLog {
-		part = ":l:"
-		if sum {
-			part = ":ls:"
-		}
-	}
-	return tag + part + strconv.FormatInt(windowMs, 10) + ":" + key
 }
 
 // laneKey returns the key of node's lane record in tag's shard.

@@ -3,6 +3,7 @@ package redis
 import (
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +113,20 @@ func TestGroupKeys(t *testing.T) {
 			t.Errorf("key %q hashes by %q in Redis Cluster, want %q (the group's tag)", k, got, want)
 		}
 	}
+}
+
+// keyedKey returns the key of an anchored window (kind KindAnchored), or
+// of a log's entries or, with sum, its sum (KindLog), in tag's shard, as
+// the layout (keys.go) writes them.
+func keyedKey(tag string, kind uint8, windowMs int64, key string, sum bool) string {
+	part := ":a:"
+	if kind == strategy.KindLog {
+		part = ":l:"
+		if sum {
+			part = ":ls:"
+		}
+	}
+	return tag + part + strconv.FormatInt(windowMs, 10) + ":" + key
 }
 
 // hashedPart returns the part of key Redis Cluster hashes to find its slot:
