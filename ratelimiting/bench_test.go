@@ -350,9 +350,10 @@ func BenchmarkBucketAllow(b *testing.B) {
 //	precision-10s-of-1m a sliding window of 1 min counted in 10 s
 //	                    sub-windows (1/6 of the window): 7 counters read.
 //
-// The logs are filled before the timer starts; every decision must be
-// allowed, and a log's must leave it full (Rate = Limit), or the benchmark
-// fails. allocs/op-self is the measured call's own allocations
+// The logs are filled before the timer starts. The last decision before
+// the timed loop, the last after it and the last after counting
+// allocations must be allowed, and a log's must leave it full (Rate =
+// Limit), or the benchmark fails. allocs/op-self is the measured call's own allocations
 // (testing.AllocsPerRun after the timed loop); Go's allocs/op counts the
 // whole rotation. Allow gets a slice of limits made once: limits passed
 // one by one make a new slice, which escapes, at every call.
