@@ -174,7 +174,7 @@ func TestCheckBadInput(t *testing.T) {
 		{"window missing", "", `{"key":"k","limits":[{"limit":1}]}`, 400, "limits[0].window", "required"},
 		{"window not in namespace", "", `{"key":"k","limits":[{"limit":1,"window":"2m"}]}`, 400, "limits[0].window", "must be one of the window sizes"},
 		{"window a number", "", `{"key":"k","limits":[{"limit":1,"window":60}]}`, 400, "limits[0].window", "must be a string"},
-		{"type", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky"}]}`, 400, "limits[0].type", `"leaky": must be one of sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window`},
+		{"type", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky"}]}`, 400, "limits[0].type", `"leaky": must be one of sliding, fixed, anchored, sliding_log, token_bucket, leaky_bucket, sliding_window, fixed_window`},
 		{"burst on a sliding window", "", `{"key":"k","limits":[{"limit":1,"window":"1s","burst":3}]}`, 400, "limits[0].burst", "3: only applies to type token_bucket and leaky_bucket, not sliding"},
 		{"burst 0 on a fixed window", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"fixed","burst":0}]}`, 400, "limits[0].burst", "0: only applies to type token_bucket and leaky_bucket, not fixed"},
 		{"negative burst", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"token_bucket","burst":-1}]}`, 400, "limits[0].burst", "-1: must be >= 0 (0 means the limit) and at most 1e+15"},

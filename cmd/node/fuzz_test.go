@@ -59,8 +59,7 @@ policies:
 						t.Fatalf("accepted limit %+v", l)
 					}
 					bucket := l.Algorithm == ratelimiting.TokenBucket || l.Algorithm == ratelimiting.LeakyBucket
-					if l.Algorithm > ratelimiting.LeakyBucket || l.Algorithm == ratelimiting.AnchoredWindow || l.Algorithm == ratelimiting.SlidingLog ||
-						l.Fixed || !(l.Burst >= 0) || l.Burst > maxNumber || (l.Burst != 0 && !bucket) {
+					if l.Algorithm > ratelimiting.LeakyBucket || l.Fixed || !(l.Burst >= 0) || l.Burst > maxNumber || (l.Burst != 0 && !bucket) {
 						t.Fatalf("accepted limit %+v", l)
 					}
 				}
