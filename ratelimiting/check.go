@@ -91,7 +91,7 @@ type plan struct {
 
 func (p *plan) parts() int { return len(p.groups) + len(p.buckets) + len(p.keyed) }
 
-// group returns window group j of limit i, for a window or a span.
+// windowOf returns the window group of limit i, a window or a span.
 func (p *plan) windowOf(i int) *group {
 	r := p.idx[i]
 	if r.kind == refSpan {
@@ -148,10 +148,12 @@ func (in *Instance) check(ctx context.Context, name, key string, p plan, out []L
 	var (
 		rbuf [stackLimits]int64
 		gbuf [stackLimits]group
+		sbuf [2]sgroup
+		kbuf [2]kgroup
 		bbuf [2]bgroup
 		ibuf [stackLimits]ref
 	)
-	p.groups, p.buckets, p.idx, p.retry = gbuf[:0], bbuf[:0], ibuf[:0], rbuf[:0]
+	p.groups, p.spans, p.buckets, p.keyed, p.idx, p.retry = gbuf[:0], sbuf[:0], bbuf[:0], kbuf[:0], ibuf[:0], rbuf[:0]
 	if len(p.limits) > stackLimits {
 		p.groups, p.idx = make([]group, 0, len(p.limits)), make([]ref, 0, len(p.limits))
 	}
@@ -212,7 +214,7 @@ type parts struct {
 // limits by algorithm and window, anchored windows and logs by algorithm
 // and window.
 func (in *Instance) prepare(p *plan, name string) (*ns, parts, error) {
-	pp := parts{groups: p.groups, buckets: p.buckets, idx: p.idx}
+	pp := parts{groups: p.groups, spans: p.spans, buckets: p.buckets, keyed: p.keyed, idx: p.idx}
 	if err := checkCost(p.cost); err != nil {
 		return nil, parts{}, err
 	}
@@ -243,7 +245,7 @@ func (in *Instance) prepare(p *plan, name string) (*ns, parts, error) {
 				pp.retry = pp.retry[:len(p.limits)]
 			}
 		default:
-			r, err = pp.addWindow(n, i, &l)
+			pp.groups, pp.spans, r, err = addWindow(n, pp.groups, pp.spans, i, &l)
 		}
 		if err != nil {
 			return nil, parts{}, err
@@ -253,38 +255,38 @@ func (in *Instance) prepare(p *plan, name string) (*ns, parts, error) {
 	return n, pp, nil
 }
 
-// addWindow adds window limit i, l, to its group (and span, for a
-// precision limit).
-func (pp *parts) addWindow(n *ns, i int, l *Limit) (ref, error) {
+// addWindow adds window limit i, l, to its group in groups (and span in
+// spans, for a precision limit), and returns them.
+func addWindow(n *ns, groups []group, spans []sgroup, i int, l *Limit) ([]group, []sgroup, ref, error) {
 	size, field := l.Window, "window"
 	if p := l.span(); p > 0 {
 		size, field = p, "precision"
 	}
 	sr := n.seriesOf(size)
 	if sr == nil {
-		return ref{}, &InputError{Field: limitField(i, field), Value: size.String(), Allowed: fmt.Sprintf("must be one of the window sizes of namespace %q: %v", n.cfg.Name, n.cfg.WindowSizes)}
+		return nil, nil, ref{}, &InputError{Field: limitField(i, field), Value: size.String(), Allowed: fmt.Sprintf("must be one of the window sizes of namespace %q: %v", n.cfg.Name, n.cfg.WindowSizes)}
 	}
 	j := 0
-	for j < len(pp.groups) && pp.groups[j].sr != sr {
+	for j < len(groups) && groups[j].sr != sr {
 		j++
 	}
-	if j == len(pp.groups) {
-		pp.groups = append(pp.groups, group{sr: sr})
+	if j == len(groups) {
+		groups = append(groups, group{sr: sr})
 	}
 	if l.span() == 0 {
-		pp.groups[j].tighten(l)
-		return ref{refWindow, j}, nil
+		groups[j].tighten(l)
+		return groups, spans, ref{refWindow, j}, nil
 	}
 	span := l.Window.Milliseconds()
 	sr.Keep(span)
-	for k := range pp.spans {
-		if s := &pp.spans[k]; s.g == j && s.span == span {
+	for k := range spans {
+		if s := &spans[k]; s.g == j && s.span == span {
 			s.limit = min(s.limit, l.Limit)
-			return ref{refSpan, k}, nil
+			return groups, spans, ref{refSpan, k}, nil
 		}
 	}
-	pp.spans = append(pp.spans, sgroup{g: j, span: span, limit: l.Limit})
-	return ref{refSpan, len(pp.spans) - 1}, nil
+	spans = append(spans, sgroup{g: j, span: span, limit: l.Limit})
+	return groups, spans, ref{refSpan, len(spans) - 1}, nil
 }
 
 // checkCost checks a request's cost.

@@ -22,6 +22,9 @@ import (
 // last read plus this node's hits since.
 func (in *Instance) checkLocal(p *plan, key string) bool {
 	if p.cost == 0 {
+		if len(p.keyed) > 1 { // slots are locked in the request's order: one such peek at a time
+			defer in.lock(key, len(p.keyed)).unlock()
+		}
 		return p.peek(key)
 	}
 	defer in.lock(key, p.parts()).unlock()
@@ -408,7 +411,8 @@ func (in *Instance) checkNearLimit(ctx context.Context, p *plan, n *ns, key stri
 // the store's totals as of its last synchronous call, then counts through
 // the store (Kong's synchronous mode, with its race between nodes).
 func (in *Instance) checkSynchronous(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
-	if !p.penalty && p.cost > 0 && n.syncer.CanCheck() {
+	// Anchored windows and logs live in the store: even a peek asks it.
+	if !p.penalty && (p.cost > 0 || len(p.keyed) > 0) && n.syncer.CanCheck() {
 		allowed, ok, err := in.checkInStore(ctx, p, n, key)
 		if err != nil || ok {
 			return allowed, err

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
 	"github.com/ratesync/ratesync/strategy/memory"
@@ -187,3 +188,131 @@ func TestKeyedRefusedInPeriodicNamespaces(t *testing.T) {
 		t.Fatalf("precision in a periodic namespace: %v", err)
 	}
 }
+
+func TestSynchronousKeyedPeekAsksTheStore(t *testing.T) {
+	st := memory.New()
+	a, b := instanceOn(t, st), instanceOn(t, st)
+	for _, algo := range []ratelimiting.Algorithm{ratelimiting.AnchoredWindow, ratelimiting.SlidingLog} {
+		l := ratelimiting.Limit{Limit: 5, Window: time.Minute, Algorithm: algo}
+		allow(t, a, "ns", "k", 3, l)
+		if d := allow(t, b, "ns", "k", 0, l); d.Limits[0].Remaining != 2 || d.Limits[0].Rate != 3 {
+			t.Errorf("%s: a peek on another node: %+v, want the store's 3 counted, 2 remaining", algo, d.Limits[0])
+		}
+	}
+}
+
+// instanceOn returns an instance with a synchronous namespace "ns" on s.
+func instanceOn(t *testing.T, s *memory.Store) *ratelimiting.Instance {
+	in := newInstance(t, newClock(t0))
+	mustNew(t, in, synced("ns", namespace.Synchronous, s, time.Minute))
+	return in
+}
+
+func TestSynchronousKeyedHitsWhileTheStoreIsDownReachIt(t *testing.T) {
+	clk := newClock(t0)
+	mem := memory.New()
+	store := strategytest.NewFaulty(mem)
+	in := newInstance(t, clk)
+	mustNew(t, in, synced("ns", namespace.Synchronous, store, time.Minute))
+	other := instanceOn(t, mem)
+	for _, algo := range []ratelimiting.Algorithm{ratelimiting.AnchoredWindow, ratelimiting.SlidingLog} {
+		l := ratelimiting.Limit{Limit: 10, Window: time.Hour, Algorithm: algo}
+		allow(t, in, "ns", "k", 1, l)
+		store.SetDown(true)
+		for range 3 {
+			if d := allow(t, in, "ns", "k", 2, l); !d.Allowed {
+				t.Fatalf("%s while down: %+v, want decided locally, allowed", algo, d)
+			}
+		}
+		store.SetDown(false)
+		clk.Advance(6 * time.Second) // past the longest back-off
+		eventually(t, 5*time.Second, "hits counted while down reach the store", func() bool {
+			d := allow(t, other, "ns", "k", 0, l)
+			return d.Limits[0].Rate == 7
+		})
+		// Pushed once: nothing more arrives.
+		clk.Advance(6 * time.Second)
+		if err := in.Sync(context.Background(), "ns"); err != nil {
+			t.Fatal(err)
+		}
+		if d := allow(t, other, "ns", "k", 0, l); d.Limits[0].Rate != 7 {
+			t.Fatalf("%s: the store holds %v, want 7", algo, d.Limits[0].Rate)
+		}
+	}
+}
+
+func TestPeriodicPrecisionReadsTheWholeSpan(t *testing.T) {
+	clk := newClock(t0)
+	store := memory.New()
+	a, b := newInstance(t, clk), newInstance(t, clk)
+	for _, in := range []*ratelimiting.Instance{a, b} {
+		mustNew(t, in, synced("ns", time.Hour, store, time.Second))
+	}
+	l := ratelimiting.Limit{Limit: 20, Window: 4 * time.Second, Precision: time.Second}
+	// Node a counts 3, 4 and 5 in three sub-windows, pushing each.
+	for _, n := range []float64{3, 4, 5} {
+		if d := allow(t, a, "ns", "k", n, l); !d.Allowed {
+			t.Fatalf("node a, %v: %+v", n, d)
+		}
+		syncNS(t, a, "ns")
+		clk.Advance(time.Second)
+	}
+	// Node b counted the key in the current sub-window only; its fetch
+	// reads the span's five sub-windows.
+	clk.Advance(500 * time.Millisecond)
+	allow(t, b, "ns", "k", 1, l)
+	syncNS(t, b, "ns")
+	d := allow(t, b, "ns", "k", 0, l)
+	// Sub-windows, newest first: 1, 5, 4, 3, 0 (the oldest, weighted 0.5).
+	if st := d.Limits[0]; st.Rate != 13 || st.Remaining != 7 {
+		t.Fatalf("node b after a fetch: %+v, want rate 13, 7 remaining", st)
+	}
+	clk.Advance(time.Second) // sub-windows 0, 1, 5, 4 and 3 at weight 0.5
+	allow(t, b, "ns", "k", 0.5, l)
+	syncNS(t, b, "ns")
+	if st := allow(t, b, "ns", "k", 0, l).Limits[0]; st.Rate != 12 {
+		t.Fatalf("a second later: %+v, want rate 0.5 + 1 + 5 + 4 + 3*0.5 = 12", st)
+	}
+}
+
+// A peek (cost 0) locks a key's anchored windows and logs in the order of
+// its limits, and without the key's stripe lock; two requests naming the
+// same log and anchored window in the opposite order then each hold one
+// slot and wait for the other's. Both orders must finish.
+func TestKeyedPeeksInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	clk := newClock(t0)
+	// Not closed at the end: Close would wait on the deadlocked slots.
+	in := ratelimiting.NewInstance(t.Name(), ratelimiting.WithClock(clk.Now), quiet)
+	mustNew(t, in, local("ns", time.Minute))
+	lg := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.SlidingLog}
+	an := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.AnchoredWindow}
+	var wg sync.WaitGroup
+	for _, req := range []struct {
+		cost   float64
+		limits []ratelimiting.Limit
+	}{{0, []ratelimiting.Limit{lg, an}}, {0, []ratelimiting.Limit{an, lg}}, {1, []ratelimiting.Limit{lg, an}}} {
+		for range 4 {
+			wg.Go(func() {
+				for range 20000 {
+					if _, err := in.Allow(context.Background(), "ns", "k", req.cost, req.limits...); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("requests on one key's log and anchored window in opposite orders deadlocked")
+	}
+}
+
+// A precision limit's sub-windows are the namespace's own counters of that
+// size: hits counted in them before the first precision request (here by
+// Increment) weigh in its rate like later ones. Expiry must not have
+// dropped them because no precision limit had asked the series to keep
+// them yet.
