@@ -185,7 +185,7 @@ func TestCheckBadInput(t *testing.T) {
 		{"cost above the burst", "", `{"key":"k","cost":3,"limits":[{"limit":10,"window":"1m","type":"token_bucket","burst":2}]}`, 400, "cost", "cost: 3: must be at most the bucket's capacity (2, limits[0].burst)"},
 		{"bucket window not whole milliseconds", "", `{"key":"k","limits":[{"limit":1,"window":"1500us","type":"token_bucket"}]}`, 400, "limits[0].window", `"1500us": must be a whole number of milliseconds`},
 		{"bucket window over 100 years", "", `{"key":"k","limits":[{"limit":1,"window":"876001h","type":"leaky_bucket"}]}`, 400, "limits[0].window", "at most 876000h"},
-		{"bucket with penalty", "", `{"key":"k","penalty":true,"limits":[{"limit":1,"window":"1m","type":"leaky_bucket"}]}`, 400, "limits[0].type", "leaky_bucket: only sliding_window and fixed_window can count denied requests"},
+		{"bucket with penalty", "", `{"key":"k","penalty":true,"limits":[{"limit":1,"window":"1m","type":"leaky_bucket"}]}`, 400, "limits[0].type", "leaky_bucket: a bucket cannot count denied requests"},
 		{"bucket too slow to refill", "", `{"key":"k","limits":[{"limit":0.0000001,"window":"876000h","type":"token_bucket","burst":1}]}`, 400, "limits[0].burst", "must let the bucket refill from empty within 876000h"},
 		{"one bucket, two rates", "", `{"key":"k","limits":[{"limit":1,"window":"1m","type":"token_bucket"},{"limit":2,"window":"1m","type":"token_bucket"}]}`, 400, "limits[1].limit", "share one bucket, which has one rate"},
 		{"precision on a fixed window", "", `{"key":"k","limits":[{"limit":1,"window":"1m","type":"fixed","precision":"1s"}]}`, 400, "limits[0].precision", `"1s": only applies to type sliding, not fixed`},
