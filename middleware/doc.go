@@ -18,6 +18,7 @@
 //   - RateLimit-Policy and RateLimit, in the syntax of
 //     draft-ietf-httpapi-ratelimit-headers-11: one item per limit, named
 //     "<policy>/<window>" ("<policy>/<window>/fixed" for fixed windows,
+//     "/anchored" and "/sliding_log" for anchored windows and sliding logs,
 //     "/token_bucket" and "/leaky_bucket" for buckets, whose q is the
 //     capacity and w the seconds an empty bucket takes to fill);
 //   - X-RateLimit-Limit, X-RateLimit-Remaining and X-RateLimit-Reset for the

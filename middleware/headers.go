@@ -62,12 +62,20 @@ const maxHeaderValuesPerAnswer = 6
 //	Retry-After: 1 (denied only)
 //
 // Items are named "<name>/<window>", with "/fixed" for fixed windows,
+// "/anchored" for anchored windows, "/sliding_log" for sliding logs,
 // "/token_bucket" and "/leaky_bucket" for buckets, and "#<index>" when two
-// limits would share a name. q is the limit rounded down, w the window in
-// seconds rounded up (a 500ms window is w=1: the field has no sub-second
-// windows, and announcing the quota over a longer window never invites a
-// client to exceed it). r is the remaining quota, t the seconds until it
-// is whole again (LimitState.Reset), rounded up. For a bucket, q is its
+// limits would share a name (a sliding window with a Precision is named as
+// one without). q is the limit rounded down, w the window in seconds
+// rounded up (a 500ms window is w=1: the field has no sub-second windows,
+// and announcing the quota over a longer window never invites a client to
+// exceed it). r is the remaining quota, t the seconds until it is whole
+// again (LimitState.Reset: for an anchored window, until it closes; for a
+// sliding log, until its newest entry stops weighing), rounded up:
+//
+//	RateLimit-Policy: "api/1m/anchored";q=3;w=60, "api/1h/sliding_log";q=100;w=3600
+//	RateLimit: "api/1m/anchored";r=0;t=42, "api/1h/sliding_log";r=97;t=3600
+//
+// For a bucket, q is its
 // capacity (Burst, or Limit when Burst is 0), w the seconds an empty bucket
 // takes to fill (capacity / Limit windows, rounded up, at least 1), r the
 // whole tokens left (the level's room, for a leaky bucket) and t the
@@ -255,6 +263,10 @@ func itemSuffix(l ratelimiting.Limit) string {
 		return "/token_bucket"
 	case l.Algorithm == ratelimiting.LeakyBucket:
 		return "/leaky_bucket"
+	case l.Algorithm == ratelimiting.AnchoredWindow:
+		return "/anchored"
+	case l.Algorithm == ratelimiting.SlidingLog:
+		return "/sliding_log"
 	case l.Fixed || l.Algorithm == ratelimiting.FixedWindow:
 		return "/fixed"
 	}

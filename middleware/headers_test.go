@@ -189,6 +189,67 @@ func TestWriteHeadersBuckets(t *testing.T) {
 	}
 }
 
+func TestWriteHeadersAnchoredLogAndPrecision(t *testing.T) {
+	anchored := ratelimiting.Limit{Limit: 3, Window: time.Minute, Algorithm: ratelimiting.AnchoredWindow}
+	log := ratelimiting.Limit{Limit: 100, Window: time.Hour, Algorithm: ratelimiting.SlidingLog}
+	precise := ratelimiting.Limit{Limit: 50, Window: 3 * time.Minute, Precision: time.Minute}
+	tests := []struct {
+		name string
+		d    ratelimiting.Decision
+		want map[string]string
+	}{
+		{
+			name: "q the limit, w the window, t until the window closes or the newest entry stops weighing",
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: anchored, Rate: 3, Remaining: 0, Reset: 41500 * time.Millisecond, Allowed: true},
+				{Limit: log, Rate: 3, Remaining: 97, Reset: time.Hour, Allowed: true},
+				{Limit: precise, Rate: 12.5, Remaining: 37, Reset: 179 * time.Second, Allowed: true},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy":      `"api/1m/anchored";q=3;w=60, "api/1h/sliding_log";q=100;w=3600, "api/3m";q=50;w=180`,
+				"RateLimit":             `"api/1m/anchored";r=0;t=42, "api/1h/sliding_log";r=97;t=3600, "api/3m";r=37;t=179`,
+				"X-RateLimit-Limit":     "3",
+				"X-RateLimit-Remaining": "0",
+				"X-RateLimit-Reset":     "42",
+			},
+		},
+		{
+			name: "denied: Retry-After from the decision",
+			d: ratelimiting.Decision{RetryAfter: 1234 * time.Millisecond, Limits: []ratelimiting.LimitState{
+				{Limit: log, Rate: 100, Remaining: 0, Reset: 3599 * time.Second, RetryAfter: 1234 * time.Millisecond},
+			}},
+			want: map[string]string{
+				"RateLimit":   `"api/1h/sliding_log";r=0;t=3599`,
+				"Retry-After": "2",
+			},
+		},
+		{
+			name: "one name each on one window size, a second sliding window numbered",
+			d: ratelimiting.Decision{Allowed: true, Limits: []ratelimiting.LimitState{
+				{Limit: ratelimiting.Limit{Limit: 100, Window: time.Minute}},
+				{Limit: ratelimiting.Limit{Limit: 100, Window: time.Minute, Precision: time.Second}},
+				{Limit: anchored},
+				{Limit: ratelimiting.Limit{Limit: 3, Window: time.Minute, Algorithm: ratelimiting.SlidingLog}},
+				{Limit: ratelimiting.Limit{Limit: 3, Window: time.Minute, Algorithm: ratelimiting.FixedWindow}},
+			}},
+			want: map[string]string{
+				"RateLimit-Policy": `"api/1m";q=100;w=60, "api/1m#1";q=100;w=60, "api/1m/anchored";q=3;w=60, "api/1m/sliding_log";q=3;w=60, "api/1m/fixed";q=3;w=60`,
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			WriteHeaders(h, "api", tt.d, HeaderOptions{})
+			for k, want := range tt.want {
+				if got := h.Get(k); got != want {
+					t.Errorf("%s = %q, want %q", k, got, want)
+				}
+			}
+		})
+	}
+}
+
 func TestFormatWindow(t *testing.T) {
 	tests := []struct {
 		d    time.Duration

@@ -56,8 +56,10 @@ type Policy struct {
 	// "default" when empty.
 	Namespace string
 	// Limits are checked all or nothing; at least one. The window of a
-	// window limit must be one of the namespace's window sizes; a bucket's
-	// (TokenBucket, LeakyBucket) is any whole number of milliseconds.
+	// window limit must be one of the namespace's window sizes (for a
+	// SlidingWindow with Precision, the Precision must be); a bucket's,
+	// an anchored window's or a sliding log's is any whole number of
+	// milliseconds. Validate lists every rule.
 	Limits []ratelimiting.Limit
 	// Key names the client; nil selects the peer's IP address.
 	Key KeyFunc

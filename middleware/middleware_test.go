@@ -99,6 +99,66 @@ func TestLimiterTokenBucket(t *testing.T) {
 	}
 }
 
+// An anchored window of 3 a minute and a sliding log of 2 a minute, each
+// behind a Limiter on the library's decisions: the headers carry each
+// decision's remaining, reset and retry, to the second rounded up.
+func TestLimiterAnchoredAndSlidingLog(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 250_000_000, time.UTC)
+	in := ratelimiting.NewInstance("test", ratelimiting.WithClock(func() time.Time { return now }))
+	t.Cleanup(func() { _ = in.Close(context.Background()) })
+	if err := in.New(namespace.Config{SyncRate: namespace.LocalOnly, WindowSizes: []time.Duration{time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	handler := func(name string, l ratelimiting.Limit) http.Handler {
+		lim, err := New(in, Policy{Name: name, Limits: []ratelimiting.Limit{l}}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lim.Handler(&next{})
+	}
+	anchored := handler("a", ratelimiting.Limit{Limit: 3, Window: time.Minute, Algorithm: ratelimiting.AnchoredWindow})
+	log := handler("l", ratelimiting.Limit{Limit: 2, Window: time.Minute, Algorithm: ratelimiting.SlidingLog})
+	tests := []struct {
+		name       string
+		h          http.Handler
+		advance    time.Duration // before the request
+		wantStatus int
+		wantRL     string
+		wantRetry  string
+	}{
+		{"anchored: the first hit opens the window", anchored, 0, http.StatusNoContent, `"a/1m/anchored";r=2;t=60`, ""},
+		{"anchored: 17.5s in", anchored, 17500 * time.Millisecond, http.StatusNoContent, `"a/1m/anchored";r=1;t=43`, ""},
+		{"anchored: the third", anchored, 0, http.StatusNoContent, `"a/1m/anchored";r=0;t=43`, ""},
+		{"anchored: the fourth waits for the window's end", anchored, 0, http.StatusTooManyRequests, `"a/1m/anchored";r=0;t=43`, "43"},
+		{"anchored: at its end a new window opens", anchored, 42500 * time.Millisecond, http.StatusNoContent, `"a/1m/anchored";r=2;t=60`, ""},
+		{"log: the first hit weighs a minute", log, 0, http.StatusNoContent, `"l/1m/sliding_log";r=1;t=60`, ""},
+		{"log: 20s later", log, 20 * time.Second, http.StatusNoContent, `"l/1m/sliding_log";r=0;t=60`, ""},
+		{"log: the third waits for the first to stop weighing", log, 0, http.StatusTooManyRequests, `"l/1m/sliding_log";r=0;t=60`, "40"},
+		{"log: 40s later it passes", log, 40 * time.Second, http.StatusNoContent, `"l/1m/sliding_log";r=0;t=60`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now = now.Add(tt.advance)
+			rec := serve(tt.h, request(""))
+			if rec.Code != tt.wantStatus {
+				t.Fatalf("status = %d, want %d", rec.Code, tt.wantStatus)
+			}
+			hd := rec.Header()
+			if got := hd.Get("RateLimit"); got != tt.wantRL {
+				t.Errorf("RateLimit = %q, want %q", got, tt.wantRL)
+			}
+			if got := hd.Get("Retry-After"); got != tt.wantRetry {
+				t.Errorf("Retry-After = %q, want %q", got, tt.wantRetry)
+			}
+			_, rl, _ := strings.Cut(tt.wantRL, ";r=")
+			remaining, reset, _ := strings.Cut(rl, ";t=")
+			if hd.Get("X-RateLimit-Remaining") != remaining || hd.Get("X-RateLimit-Reset") != reset {
+				t.Errorf("X-RateLimit-Remaining %q, -Reset %q, want %s, %s", hd.Get("X-RateLimit-Remaining"), hd.Get("X-RateLimit-Reset"), remaining, reset)
+			}
+		})
+	}
+}
+
 func TestLimiterAllowsThenDenies(t *testing.T) {
 	in := newInstance(t)
 	key, _ := ParseKey([]string{"header:X-Api-Key"}, KeyOptions{})

@@ -188,7 +188,7 @@ func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 	case l.Algorithm.keyed() && penalty:
 		return bad("algorithm", l.Algorithm.String(), "only sliding_window and fixed_window can count denied requests: drop penalty, or use one of them")
 	case l.Algorithm == SlidingLog && l.Limit > MaxLogLimit:
-		return bad("limit", fmt.Sprint(l.Limit), fmt.Sprintf("must be at most %d for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with precision, e.g. precision %v", MaxLogLimit, suggestPrecision(l.Window)))
+		return bad("limit", fmt.Sprint(l.Limit), fmt.Sprintf("must be at most %d for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with a precision, one of the namespace's window sizes that divides the window into at most %d sub-windows", MaxLogLimit, MaxPrecisionWindows))
 	case l.Algorithm == SlidingLog && cost > 0 && cost < l.Limit/MaxLogLimit:
 		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be 0 or at least %s / %d (%v) for sliding_log: a log holds at most %d entries per key; use sliding_window with precision for finer costs", limitField(i, "limit"), MaxLogLimit, l.Limit/MaxLogLimit, MaxLogLimit)}
 	}
@@ -244,17 +244,4 @@ func (l *Limit) effective() Algorithm {
 		return FixedWindow
 	}
 	return l.Algorithm
-}
-
-// suggestPrecision returns a sub-window for a window that a log would hold
-// too many entries of: the window in some 10 sub-windows.
-func suggestPrecision(w time.Duration) time.Duration {
-	if w < 10*time.Millisecond {
-		return w
-	}
-	p := w / 10
-	for w%p != 0 || p%time.Millisecond != 0 {
-		p--
-	}
-	return p
 }

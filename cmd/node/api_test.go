@@ -42,7 +42,8 @@ type checkAnswer struct {
 		Limit     float64  `json:"limit"`
 		Window    string   `json:"window"`
 		Type      string   `json:"type"`
-		Burst     *float64 `json:"burst"` // buckets only
+		Burst     *float64 `json:"burst"`     // buckets only
+		Precision *string  `json:"precision"` // sliding limits with a precision only
 		Remaining float64  `json:"remaining"`
 		ResetMS   int64    `json:"reset_ms"`
 	} `json:"limits"`
@@ -174,7 +175,7 @@ func TestCheckBadInput(t *testing.T) {
 		{"window missing", "", `{"key":"k","limits":[{"limit":1}]}`, 400, "limits[0].window", "required"},
 		{"window not in namespace", "", `{"key":"k","limits":[{"limit":1,"window":"2m"}]}`, 400, "limits[0].window", "must be one of the window sizes"},
 		{"window a number", "", `{"key":"k","limits":[{"limit":1,"window":60}]}`, 400, "limits[0].window", "must be a string"},
-		{"type", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky"}]}`, 400, "limits[0].type", `"leaky": must be one of sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window`},
+		{"type", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"leaky"}]}`, 400, "limits[0].type", `"leaky": must be one of sliding, fixed, anchored, sliding_log, token_bucket, leaky_bucket, sliding_window, fixed_window`},
 		{"burst on a sliding window", "", `{"key":"k","limits":[{"limit":1,"window":"1s","burst":3}]}`, 400, "limits[0].burst", "3: only applies to type token_bucket and leaky_bucket, not sliding"},
 		{"burst 0 on a fixed window", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"fixed","burst":0}]}`, 400, "limits[0].burst", "0: only applies to type token_bucket and leaky_bucket, not fixed"},
 		{"negative burst", "", `{"key":"k","limits":[{"limit":1,"window":"1s","type":"token_bucket","burst":-1}]}`, 400, "limits[0].burst", "-1: must be >= 0 (0 means the limit) and at most 1e+15"},
@@ -184,9 +185,29 @@ func TestCheckBadInput(t *testing.T) {
 		{"cost above the burst", "", `{"key":"k","cost":3,"limits":[{"limit":10,"window":"1m","type":"token_bucket","burst":2}]}`, 400, "cost", "cost: 3: must be at most the bucket's capacity (2, limits[0].burst)"},
 		{"bucket window not whole milliseconds", "", `{"key":"k","limits":[{"limit":1,"window":"1500us","type":"token_bucket"}]}`, 400, "limits[0].window", `"1500us": must be a whole number of milliseconds`},
 		{"bucket window over 100 years", "", `{"key":"k","limits":[{"limit":1,"window":"876001h","type":"leaky_bucket"}]}`, 400, "limits[0].window", "at most 876000h"},
-		{"bucket with penalty", "", `{"key":"k","penalty":true,"limits":[{"limit":1,"window":"1m","type":"leaky_bucket"}]}`, 400, "limits[0].type", "a bucket cannot count denied requests"},
+		{"bucket with penalty", "", `{"key":"k","penalty":true,"limits":[{"limit":1,"window":"1m","type":"leaky_bucket"}]}`, 400, "limits[0].type", "leaky_bucket: a bucket cannot count denied requests"},
 		{"bucket too slow to refill", "", `{"key":"k","limits":[{"limit":0.0000001,"window":"876000h","type":"token_bucket","burst":1}]}`, 400, "limits[0].burst", "must let the bucket refill from empty within 876000h"},
 		{"one bucket, two rates", "", `{"key":"k","limits":[{"limit":1,"window":"1m","type":"token_bucket"},{"limit":2,"window":"1m","type":"token_bucket"}]}`, 400, "limits[1].limit", "share one bucket, which has one rate"},
+		{"precision on a fixed window", "", `{"key":"k","limits":[{"limit":1,"window":"1m","type":"fixed","precision":"1s"}]}`, 400, "limits[0].precision", `"1s": only applies to type sliding, not fixed`},
+		{"precision 0 on a token bucket", "", `{"key":"k","limits":[{"limit":1,"window":"1m","type":"token_bucket","precision":"0s"}]}`, 400, "limits[0].precision", `"0s": only applies to type sliding, not token_bucket`},
+		{"precision on a sliding log", "", `{"key":"k","limits":[{"limit":1,"window":"1m","type":"sliding_log","precision":"1s"}]}`, 400, "limits[0].precision", `"1s": only applies to type sliding, not sliding_log`},
+		{"precision abc", "", `{"key":"k","limits":[{"limit":1,"window":"1m","precision":"abc"}]}`, 400, "limits[0].precision", `"abc": must be a duration like 1s, 1m, 1h`},
+		{"negative precision", "", `{"key":"k","limits":[{"limit":1,"window":"1m","precision":"-1s"}]}`, 400, "limits[0].precision", `"-1s": must be >= 0 (0 means the window)`},
+		{"precision not whole milliseconds", "", `{"key":"k","limits":[{"limit":1,"window":"1m","precision":"1500us"}]}`, 400, "limits[0].precision", `"1500us": must be a whole number of milliseconds`},
+		{"precision a number", "", `{"key":"k","limits":[{"limit":1,"window":"1m","precision":1}]}`, 400, "limits[0].precision", "must be a string"},
+		{"precision not dividing the window", "", `{"key":"k","limits":[{"limit":1,"window":"1m"},{"limit":1,"window":"1m","precision":"7s"}]}`, 400, "limits[1].precision", "7s: must divide limits[1].window (1m0s)"},
+		{"too many sub-windows", "", `{"key":"k","limits":[{"limit":1,"window":"1h","precision":"1s"}]}`, 400, "limits[0].precision", "1s: must be at least limits[0].window / 60 (1m0s): a window slides over at most 60 sub-windows"},
+		{"precision not a window size", "", `{"key":"k","limits":[{"limit":1,"window":"1m","precision":"10s"}]}`, 400, "limits[0].precision", `10s: must be one of the window sizes of namespace "default"`},
+		{"precision with penalty", "", `{"key":"k","penalty":true,"limits":[{"limit":1,"window":"1h","precision":"1m"}]}`, 400, "limits[0].precision", "cannot be used with penalty"},
+		{"sliding log in a periodic namespace", "", `{"namespace":"shared","key":"k","limits":[{"limit":1,"window":"1m","type":"sliding_log"}]}`, 400, "limits[0].type",
+			`sliding_log: sliding_log is decided as a whole per key, locally or in the store, and cannot sync periodically (namespace "shared" syncs every 1h0m0s): use sliding_window with precision, or a synchronous or local-only namespace`},
+		{"anchored in a periodic namespace", "", `{"namespace":"shared","key":"k","limits":[{"limit":1,"window":"1m","type":"anchored"}]}`, 400, "limits[0].type", "use fixed_window, or a synchronous or local-only namespace"},
+		{"sliding log above 10000", "", `{"key":"k","limits":[{"limit":10001,"window":"1m","type":"sliding_log"}]}`, 400, "limits[0].limit", "10001: must be at most 10000 for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with a precision"},
+		{"sliding log cost too fine", "", `{"key":"k","cost":0.5,"limits":[{"limit":10000,"window":"1m","type":"sliding_log"}]}`, 400, "cost", "0.5: must be 0 or at least limits[0].limit / 10000 (1) for sliding_log"},
+		{"anchored with penalty", "", `{"key":"k","penalty":true,"limits":[{"limit":1,"window":"1m","type":"anchored"}]}`, 400, "limits[0].type", "anchored: only sliding_window and fixed_window can count denied requests"},
+		{"burst on an anchored window", "", `{"key":"k","limits":[{"limit":1,"window":"1m","type":"anchored","burst":2}]}`, 400, "limits[0].burst", "2: only applies to type token_bucket and leaky_bucket, not anchored"},
+		{"anchored window over 100 years", "", `{"key":"k","limits":[{"limit":1,"window":"876001h","type":"anchored"}]}`, 400, "limits[0].window", "at most 876000h"},
+		{"cost above an anchored limit", "", `{"key":"k","cost":2,"limits":[{"limit":1,"window":"1m","type":"anchored"}]}`, 400, "cost", "must be at most limits[0].limit (1)"},
 		{"17 limits", "", `{"key":"k","limits":[` + strings.Repeat(`{"limit":1,"window":"1s"},`, 16) + `{"limit":1,"window":"1s"}]}`, 400, "limits", "at most 16"},
 		{"unknown namespace", "", `{"namespace":"nope","key":"k",` + lim + `}`, 404, "namespace", `namespace "nope"`},
 		{"unknown policy", "", `{"policy":"nope","key":"k"}`, 404, "policy", `policy "nope"`},
@@ -419,5 +440,97 @@ func checkHeadersMatch(t *testing.T, h http.Header, pol string, a checkAnswer) {
 		if got, want := h.Get("Retry-After"), strconv.FormatInt(max(1, ceilS(float64(a.RetryAfterMS))), 10); got != want {
 			t.Errorf("Retry-After = %q, want %q (retry_after_ms %d)", got, want, a.RetryAfterMS)
 		}
+	}
+}
+
+const keyedYAML = `
+namespaces:
+  - name: default
+  - name: sync
+    strategy: memory
+    sync_rate: 0
+    window_sizes: [1s, 1m]
+policies:
+  - name: feed
+    namespace: sync
+    limits: [{limit: 2, window: 1m, type: sliding_log}]
+`
+
+// checkStep is one /v1/check request of a sequence on a clock: what it
+// answers, and its headers (checkHeadersMatch).
+type checkStep struct {
+	name       string
+	advance    time.Duration // the clock moves first
+	body       string
+	wantStatus int
+	wantRemain float64
+	wantReset  int64 // ms
+	wantRetry  int64 // ms; 0: allowed
+}
+
+// runSteps runs steps on n, whose clock is clk, in order.
+func runSteps(t *testing.T, n *Node, clk *testClock, steps []checkStep) {
+	t.Helper()
+	for _, tt := range steps {
+		clk.Advance(tt.advance)
+		w := do(n.api, "POST", "/v1/check", tt.body)
+		if w.Code != tt.wantStatus {
+			t.Fatalf("%s: status %d, want %d; body %s", tt.name, w.Code, tt.wantStatus, w.Body)
+		}
+		a := decodeAnswer(t, w)
+		if l := a.Limits[0]; l.Remaining != tt.wantRemain || l.ResetMS != tt.wantReset || a.RetryAfterMS != tt.wantRetry {
+			t.Errorf("%s: remaining %v, reset_ms %d, retry_after_ms %d; want %v, %d, %d", tt.name, l.Remaining, l.ResetMS, a.RetryAfterMS, tt.wantRemain, tt.wantReset, tt.wantRetry)
+		}
+		pol := "default"
+		if p := strings.Split(tt.body, `"`); p[1] == "policy" || p[1] == "namespace" {
+			pol = p[3]
+		}
+		checkHeadersMatch(t, w.Header(), pol, a)
+	}
+}
+
+// Anchored windows, sliding logs and precision limits through /v1/check
+// answer as the library decides, locally and in a synchronous store, to
+// the millisecond: the headers carry the same numbers.
+func TestCheckAnchoredSlidingLogAndPrecision(t *testing.T) {
+	clk := newTestClock(time.Date(2030, 1, 1, 0, 0, 40, 0, time.UTC))
+	n := newTestNode(t, keyedYAML, nil, clk.option())
+	anchored := `{"key":"a","limits":[{"limit":3,"window":"1m","type":"anchored"}]}`
+	feed := `{"policy":"feed","key":"l"}`
+	precise := func(cost int) string {
+		return fmt.Sprintf(`{"namespace":"sync","key":"s","cost":%d,"limits":[{"limit":10,"window":"3s","precision":"1s"}]}`, cost)
+	}
+	runSteps(t, n, clk, []checkStep{
+		{"anchored: the first hit opens the window", 0, anchored, 200, 2, 60_000, 0},
+		{"anchored: 10s in", 10 * time.Second, anchored, 200, 1, 50_000, 0},
+		{"anchored: the third", 0, anchored, 200, 0, 50_000, 0},
+		{"anchored: the fourth waits for the window's end", 0, anchored, 429, 0, 50_000, 50_000},
+		{"anchored: 1ms before it", 49_999 * time.Millisecond, anchored, 429, 0, 1, 1},
+		{"anchored: a new window", time.Millisecond, anchored, 200, 2, 60_000, 0},
+		{"sliding log: the first hit weighs a minute", 0, feed, 200, 1, 60_000, 0},
+		{"sliding log: 20s later", 20 * time.Second, feed, 200, 0, 60_000, 0},
+		{"sliding log: the third waits for the first to stop weighing", 0, feed, 429, 0, 60_000, 40_000},
+		{"sliding log: 1ms before", 39_999 * time.Millisecond, feed, 429, 0, 20_001, 1},
+		{"sliding log: then it passes", time.Millisecond, feed, 200, 0, 60_000, 0},
+		// Sub-windows of 1s, oldest first: 4, 2, 1, then the current one.
+		{"precision: 4", 0, precise(4), 200, 6, 4000, 0},
+		{"precision: 2", time.Second, precise(2), 200, 4, 4000, 0},
+		{"precision: 1", time.Second, precise(1), 200, 3, 4000, 0},
+		{"precision: 1 more, the 4 weighs whole", time.Second, precise(1), 200, 2, 4000, 0},
+		// 249 ms in: 1 + 1 + 2 + 4 × 0.751 = 7.004, and 3 more do not fit until 1 ms later.
+		{"precision: 3 do not fit", 249 * time.Millisecond, precise(3), 429, 2, 3751, 1},
+		{"precision: 1 ms later they do", time.Millisecond, precise(3), 200, 0, 3750, 0},
+	})
+	w := do(n.api, "POST", "/v1/check", precise(0))
+	if a := decodeAnswer(t, w); a.Limits[0].Type != "sliding" || a.Limits[0].Precision == nil || *a.Limits[0].Precision != "1s" {
+		t.Errorf("a precision limit's answer: %s", w.Body)
+	}
+	w = do(n.api, "POST", "/v1/check", `{"key":"x","limits":[{"limit":5,"window":"1m","type":"sliding_log"},{"limit":5,"window":"1m","type":"anchored"},{"limit":5,"window":"1m","precision":"1m"}]}`)
+	a := decodeAnswer(t, w)
+	if w.Code != 200 || a.Limits[0].Type != "sliding_log" || a.Limits[1].Type != "anchored" || a.Limits[2].Precision == nil || a.Limits[0].Precision != nil {
+		t.Errorf("status %d, answer %s", w.Code, w.Body)
+	}
+	if got := w.Header().Get("RateLimit-Policy"); got != `"default/1m/sliding_log";q=5;w=60, "default/1m/anchored";q=5;w=60, "default/1m";q=5;w=60` {
+		t.Errorf("RateLimit-Policy = %q", got)
 	}
 }

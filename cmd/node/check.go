@@ -18,8 +18,12 @@ import (
 //	{"namespace":"default","key":"user:42","cost":1,"limits":[{"limit":100,"window":"1m"},{"limit":10,"window":"1s","type":"fixed"}]}
 //	{"policy":"api","key":"user:42"}
 //
-// A limit's type is sliding (the default), fixed, token_bucket or
-// leaky_bucket; burst, a bucket's capacity, only for buckets.
+// A limit's type is sliding (the default), fixed, anchored, sliding_log,
+// token_bucket or leaky_bucket; burst, a bucket's capacity, only for
+// buckets; precision, the sub-window a sliding limit counts in, only for
+// sliding:
+//
+//	{"key":"user:42","limits":[{"limit":1000,"window":"1h","precision":"1m"},{"limit":3,"window":"15m","type":"anchored"}]}
 type checkBody struct {
 	Namespace string      `json:"namespace"`
 	Policy    string      `json:"policy"`
@@ -30,10 +34,11 @@ type checkBody struct {
 }
 
 type limitBody struct {
-	Limit  float64   `json:"limit"`
-	Window string    `json:"window"`
-	Type   string    `json:"type"`
-	Burst  optNumber `json:"burst"`
+	Limit     float64   `json:"limit"`
+	Window    string    `json:"window"`
+	Type      string    `json:"type"`
+	Burst     optNumber `json:"burst"`
+	Precision string    `json:"precision"`
 }
 
 var checkSchema = []jsonField{
@@ -47,6 +52,7 @@ var checkSchema = []jsonField{
 		{name: "window", kind: kString},
 		{name: "type", kind: kString},
 		{name: "burst", kind: kNumber},
+		{name: "precision", kind: kString},
 	}},
 }
 
@@ -150,6 +156,11 @@ func decodeLimit(i int, l limitBody) (ratelimiting.Limit, *problem) {
 		return ratelimiting.Limit{}, invalidValue(field("type"), strconv.Quote(l.Type), "must be one of "+limitTypesText)
 	}
 	lim := ratelimiting.Limit{Limit: l.Limit, Window: win, Algorithm: alg}
+	if l.Precision != "" {
+		if lim.Precision, p = parsePrecision(l.Precision, lim, i); p != nil {
+			return ratelimiting.Limit{}, p
+		}
+	}
 	if !l.Burst.set {
 		return lim, nil
 	}
@@ -184,6 +195,26 @@ func parseWindowField(s string, field func() string) (time.Duration, *problem) {
 		return 0, invalidValue(field(), strconv.Quote(s), "must be > 0")
 	case d%time.Millisecond != 0:
 		return 0, invalidValue(field(), strconv.Quote(s), "must be a whole number of milliseconds")
+	}
+	return d, nil
+}
+
+// parsePrecision parses limits[i].precision, s, of limit l: a duration
+// >= 0 in whole milliseconds (0 means the window), for type sliding only.
+// What it may be besides (a divisor of the window, one of the namespace's
+// window sizes...) the library checks.
+func parsePrecision(s string, l ratelimiting.Limit, i int) (time.Duration, *problem) {
+	field := fmt.Sprintf("limits[%d].precision", i)
+	d, err := time.ParseDuration(s)
+	switch typ := limitType(l); {
+	case typ != TypeSliding:
+		return 0, invalidValue(field, strconv.Quote(s), fmt.Sprintf("only applies to type %s, not %s", TypeSliding, typ))
+	case err != nil:
+		return 0, invalidValue(field, strconv.Quote(s), "must be a duration like 1s, 1m, 1h")
+	case d < 0:
+		return 0, invalidValue(field, strconv.Quote(s), "must be >= 0 (0 means the window)")
+	case d%time.Millisecond != 0:
+		return 0, invalidValue(field, strconv.Quote(s), "must be a whole number of milliseconds")
 	}
 	return d, nil
 }
@@ -276,9 +307,11 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 //
 //	{"allowed":true,"retry_after_ms":0,"limits":[{"limit":100,"window":"1m","type":"sliding","remaining":99,"reset_ms":60000}]}
 //
-// A bucket's limit also shows its burst in force (its limit when 0):
+// A bucket's limit also shows its burst in force (its limit when 0), and
+// a sliding limit with a precision shows it:
 //
 //	{"limit":10,"window":"1m","type":"token_bucket","burst":20,"remaining":19,"reset_ms":6000}
+//	{"limit":1000,"window":"1h","type":"sliding","precision":"1m","remaining":999,"reset_ms":3600000}
 func appendDecision(buf []byte, d ratelimiting.Decision) []byte {
 	buf = append(buf, `{"allowed":`...)
 	buf = strconv.AppendBool(buf, d.Allowed)
@@ -304,6 +337,11 @@ func appendDecision(buf []byte, d ratelimiting.Decision) []byte {
 			}
 			buf = append(buf, `,"burst":`...)
 			buf = appendFloat(buf, burst)
+		}
+		if s.Limit.Precision != 0 {
+			buf = append(buf, `,"precision":"`...)
+			buf = middleware.AppendWindow(buf, s.Limit.Precision)
+			buf = append(buf, '"')
 		}
 		buf = append(buf, `,"remaining":`...)
 		buf = appendFloat(buf, s.Remaining)

@@ -173,10 +173,11 @@ type PolicyConfig struct {
 
 // LimitConfig is one limit of a policy.
 type LimitConfig struct {
-	Limit  float64  `json:"limit" yaml:"limit"`                                                                           // hits per window; for a bucket, its rate
-	Window Duration `json:"window" yaml:"window"`                                                                         // a window: one of the namespace's sizes; a bucket: any
-	Type   string   `json:"type" yaml:"type" oneof:"sliding fixed token_bucket leaky_bucket sliding_window fixed_window"` // sliding (default), fixed, token_bucket, leaky_bucket
-	Burst  float64  `json:"burst,omitempty" yaml:"burst"`                                                                 // a bucket's capacity; default the limit; buckets only
+	Limit     float64  `json:"limit" yaml:"limit"`                                                                                                // hits per window; for a bucket, its rate
+	Window    Duration `json:"window" yaml:"window"`                                                                                              // sliding, fixed: one of the namespace's sizes; others, or with precision: any
+	Type      string   `json:"type" yaml:"type" oneof:"sliding fixed anchored sliding_log token_bucket leaky_bucket sliding_window fixed_window"` // sliding (default), fixed, anchored, sliding_log, token_bucket, leaky_bucket
+	Burst     float64  `json:"burst,omitempty" yaml:"burst"`                                                                                      // a bucket's capacity; default the limit; buckets only
+	Precision Duration `json:"precision,omitempty" yaml:"precision"`                                                                              // sliding only: the sub-window size, one of the namespace's sizes; default the window
 }
 
 // Limit types, as the config file and /v1/check spell them; sliding_window
@@ -184,9 +185,11 @@ type LimitConfig struct {
 const (
 	TypeSliding     = "sliding"
 	TypeFixed       = "fixed"
+	TypeAnchored    = "anchored"
+	TypeSlidingLog  = "sliding_log"
 	TypeTokenBucket = "token_bucket"
 	TypeLeakyBucket = "leaky_bucket"
-	limitTypesText  = "sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window"
+	limitTypesText  = "sliding, fixed, anchored, sliding_log, token_bucket, leaky_bucket, sliding_window, fixed_window"
 )
 
 // parseLimitType returns the algorithm of a limit's type; "" is sliding.
@@ -196,6 +199,10 @@ func parseLimitType(s string) (ratelimiting.Algorithm, bool) {
 		return ratelimiting.SlidingWindow, true
 	case TypeFixed, "fixed_window":
 		return ratelimiting.FixedWindow, true
+	case TypeAnchored:
+		return ratelimiting.AnchoredWindow, true
+	case TypeSlidingLog:
+		return ratelimiting.SlidingLog, true
 	case TypeTokenBucket:
 		return ratelimiting.TokenBucket, true
 	case TypeLeakyBucket:
@@ -211,6 +218,10 @@ func limitType(l ratelimiting.Limit) string {
 		return TypeTokenBucket
 	case l.Algorithm == ratelimiting.LeakyBucket:
 		return TypeLeakyBucket
+	case l.Algorithm == ratelimiting.AnchoredWindow:
+		return TypeAnchored
+	case l.Algorithm == ratelimiting.SlidingLog:
+		return TypeSlidingLog
 	case l.Fixed || l.Algorithm == ratelimiting.FixedWindow:
 		return TypeFixed
 	}

@@ -154,7 +154,7 @@ policies:
 		{"limit zero", "policies:\n  - name: a\n    limits: [{limit: 0, window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: "0": must be a finite number > 0`},
 		{"limit not a number", "policies:\n  - name: a\n    limits: [{limit: lots, window: 1s}]\n", nil, `policies[0].limits[0].limit: "lots": must be a number`},
 		{"limit missing", "policies:\n  - name: a\n    limits: [{window: 1s}]\n", nil, `test.yaml:3: policies[0].limits[0].limit: required`},
-		{"limit type", "policies:\n  - name: a\n    limits: [{limit: 1, window: 1s, type: leaky}]\n", nil, `policies[0].limits[0].type: "leaky": must be one of sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window`},
+		{"limit type", "policies:\n  - name: a\n    limits: [{limit: 1, window: 1s, type: leaky}]\n", nil, `policies[0].limits[0].type: "leaky": must be one of sliding, fixed, anchored, sliding_log, token_bucket, leaky_bucket, sliding_window, fixed_window`},
 		{"no limits", "policies:\n  - name: a\n", nil, `test.yaml:2: policies[0].limits: "[]": at least one limit is required`},
 		{"too many limits", "policies:\n  - name: a\n    limits: [" + strings.Repeat("{limit: 1, window: 1s},", 17) + "]\n", nil, `policies[0].limits: 17 limits: at most 16`},
 		{"cost above a limit", "policies:\n  - name: a\n    cost: 5\n    limits: [{limit: 2, window: 1s}]\n", nil, `test.yaml:3: policies[0].cost: "5": must be at most limits[0].limit (2)`},
@@ -414,6 +414,84 @@ policies:
 	}
 }
 
+// Policies with anchored windows, sliding logs and precision limits: any
+// window for the first two, a window that is not one of the namespace's
+// sizes when its precision is; precision shown where the file sets it.
+func TestKeyedAndPrecisionPolicies(t *testing.T) {
+	cfg := testConfig(t, `
+namespaces:
+  - name: default
+    window_sizes: [1s, 1m]
+  - name: sync
+    strategy: memory
+    sync_rate: 0
+    window_sizes: [1m]
+  - name: periodic
+    strategy: memory
+    sync_rate: 1s
+    window_sizes: [1m]
+policies:
+  - name: login
+    limits:
+      - {limit: 3, window: 15m, type: anchored}
+      - {limit: 100, window: 90s, type: sliding_log}
+      - {limit: 1000, window: 1h, precision: 1m}
+      - {limit: 10, window: 1m, type: sliding_window, precision: 1s}
+  - name: sync
+    namespace: sync
+    limits:
+      - {limit: 5, window: 1m, type: sliding_log}
+      - {limit: 5, window: 1h, type: anchored}
+  - name: periodic
+    namespace: periodic
+    limits: [{limit: 500, window: 10m, precision: 1m}]
+`, nil)
+	data, err := json.Marshal(cfg.Masked())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `"limits":[{"limit":3,"window":"15m","type":"anchored"},{"limit":100,"window":"90s","type":"sliding_log"},{"limit":1000,"window":"1h","type":"sliding","precision":"1m"},{"limit":10,"window":"1m","type":"sliding","precision":"1s"}]`
+	if !strings.Contains(string(data), want) {
+		t.Errorf("effective config lacks %s:\n%s", want, data)
+	}
+	got := cfg.Policies[0].policy(nil).Limits
+	wantLimits := []ratelimiting.Limit{
+		{Limit: 3, Window: 15 * time.Minute, Algorithm: ratelimiting.AnchoredWindow},
+		{Limit: 100, Window: 90 * time.Second, Algorithm: ratelimiting.SlidingLog},
+		{Limit: 1000, Window: time.Hour, Precision: time.Minute},
+		{Limit: 10, Window: time.Minute, Precision: time.Second},
+	}
+	if !slices.Equal(got, wantLimits) {
+		t.Errorf("limits = %+v, want %+v", got, wantLimits)
+	}
+}
+
+// Anchored windows and sliding logs are decided in the store of a
+// synchronous namespace: every store the node opens keeps and decides
+// them, as far as the configuration can tell.
+func TestKeyedPolicyInASynchronousStore(t *testing.T) {
+	for _, st := range []struct{ strategy, url string }{
+		{StrategyRedis, "redis://127.0.0.1:1/0"},
+		{StrategyPostgres, "postgres://u@127.0.0.1:1/db"},
+	} {
+		t.Run(st.strategy, func(t *testing.T) {
+			_, err := parseConfig("test.yaml", []byte(fmt.Sprintf(`
+namespaces:
+  - {name: s, strategy: %s, url: %q, sync_rate: 0}
+policies:
+  - name: p
+    namespace: s
+    limits:
+      - {limit: 10, window: 1m, type: sliding_log}
+      - {limit: 10, window: 1m, type: anchored}
+`, st.strategy, st.url)), envOf(nil))
+			if err != nil {
+				t.Errorf("refused: %v", err)
+			}
+		})
+	}
+}
+
 // The types the config file allows are the types /v1/check reads, and the
 // errors of both list them alike.
 func TestLimitTypes(t *testing.T) {
@@ -431,7 +509,7 @@ func TestLimitTypes(t *testing.T) {
 			t.Errorf("type %q reads as %v, written %q", typ, alg, got)
 		}
 	}
-	for _, typ := range []string{"leaky", "Sliding", "anchored", "sliding_log", "fixed "} {
+	for _, typ := range []string{"leaky", "Sliding", "anchored_window", "log", "fixed "} {
 		if _, ok := parseLimitType(typ); ok {
 			t.Errorf("parseLimitType(%q) succeeds", typ)
 		}

@@ -370,6 +370,7 @@ func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namesp
 			s.report(lim+".window", "required: a duration like 1s, 1m, 1h")
 		}
 		s.checkBurst(lim, l)
+		s.checkPrecision(lim, l)
 	}
 	opts := middleware.KeyOptions{ConsumerHeader: consumer}
 	if _, err := middleware.ParseKey(p.Key, opts); err != nil {
@@ -401,6 +402,17 @@ func (s *source) checkBurst(path string, l LimitConfig) {
 	}
 }
 
+// checkPrecision checks the precision of the limit at path: only for type
+// sliding (even 0, which means nothing on another type). What it may be
+// (a divisor of the window, one of the namespace's sizes...) is
+// middleware.Policy.Validate's.
+func (s *source) checkPrecision(path string, l LimitConfig) {
+	path += ".precision"
+	if s.set(path) && l.Type != TypeSliding {
+		s.bad(path, "", fmt.Sprintf("only applies to type %s, not %s", TypeSliding, l.Type))
+	}
+}
+
 // policy returns the middleware.Policy of p, selecting keys with key.
 func (p *PolicyConfig) policy(key middleware.KeyFunc) middleware.Policy {
 	mp := middleware.Policy{
@@ -415,7 +427,7 @@ func (p *PolicyConfig) policy(key middleware.KeyFunc) middleware.Policy {
 	}
 	for _, l := range p.Limits {
 		alg, _ := parseLimitType(l.Type)
-		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Algorithm: alg, Burst: l.Burst})
+		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Algorithm: alg, Burst: l.Burst, Precision: time.Duration(l.Precision)})
 	}
 	return mp
 }

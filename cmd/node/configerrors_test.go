@@ -83,7 +83,7 @@ policies:
       - limit: 10
         window: 1s
         bucket: 5
-`, `7: policies[0].limits[0].bucket: unknown field (known: burst, limit, type, window)`},
+`, `7: policies[0].limits[0].bucket: unknown field (known: burst, limit, precision, type, window)`},
 		{"redis shards out of range", `
 namespaces:
   - name: api
@@ -343,7 +343,7 @@ policies:
   - name: api
     limits:
       - {limit: 10, window: 1m, type: leaky}
-`, `5: policies[0].limits[0].type: "leaky": must be one of sliding, fixed, token_bucket, leaky_bucket, sliding_window, fixed_window`},
+`, `5: policies[0].limits[0].type: "leaky": must be one of sliding, fixed, anchored, sliding_log, token_bucket, leaky_bucket, sliding_window, fixed_window`},
 		{"bucket window not whole milliseconds", `
 policies:
   - name: api
@@ -388,6 +388,135 @@ policies:
 `, `7: policies[0].limits[1].burst: "3": only applies to type token_bucket and leaky_bucket, not sliding
 FILE:6: policies[0].limits[0].window: "1500us": must be whole milliseconds, > 0 and at most 876000h
 FILE:4: policies[0].cost: "30": must be at most limits[0].burst (20), the bucket's capacity: a larger cost can never pass`},
+		{"precision on a fixed window", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, type: fixed, precision: 1s}
+`, `5: policies[0].limits[0].precision: "1s": only applies to type sliding, not fixed`},
+		{"precision 0 on an anchored window", `
+policies:
+  - name: api
+    limits:
+      - limit: 10
+        window: 1m
+        type: anchored
+        precision: 0s
+`, `8: policies[0].limits[0].precision: "0s": only applies to type sliding, not anchored`},
+		{"precision not a duration", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, precision: fine}
+`, `5: policies[0].limits[0].precision: "fine": must be a duration like 1s, 1m, 1h`},
+		{"negative precision", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, precision: -1s}
+`, `5: policies[0].limits[0].precision: "-1s": must be whole milliseconds > 0 (0 means the window)`},
+		{"precision not dividing the window", `
+policies:
+  - name: api
+    limits:
+      - limit: 10
+        window: 1m
+        precision: 7s
+`, `7: policies[0].limits[0].precision: "7s": must divide limits[0].window (1m)`},
+		{"too many sub-windows", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 2m, precision: 1s}
+`, `5: policies[0].limits[0].precision: "1s": must be at least limits[0].window / 60 (2s): a window slides over at most 60 sub-windows`},
+		{"precision not a window size of the namespace", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, precision: 10s}
+`, `5: policies[0].limits[0].precision: "10s": must be one of the window sizes of namespace "default": 1s, 1m, 1h`},
+		{"precision with penalty", `
+policies:
+  - name: api
+    penalty: true
+    limits:
+      - {limit: 10, window: 1h, precision: 1m}
+`, `6: policies[0].limits[0].precision: "1m": cannot be used with penalty (Kong's penalty counts in its two windows): drop one of them`},
+		{"sliding_log in a periodic namespace", `
+namespaces:
+  - name: api
+    strategy: memory
+    sync_rate: 1s
+policies:
+  - name: api
+    namespace: api
+    limits:
+      - {limit: 10, window: 1m, type: sliding_log}
+`, `10: policies[0].limits[0].type: "sliding_log": sliding_log is decided as a whole per key, locally or in the store, and cannot sync periodically (namespace "api" syncs every 1s): use sliding_window with precision, or a synchronous or local-only namespace`},
+		{"anchored in a periodic namespace", `
+namespaces:
+  - name: api
+    strategy: memory
+policies:
+  - name: api
+    namespace: api
+    limits:
+      - limit: 10
+        window: 1m
+        type: anchored
+`, `11: policies[0].limits[0].type: "anchored": anchored is decided as a whole per key, locally or in the store, and cannot sync periodically (namespace "api" syncs every 1s): use fixed_window, or a synchronous or local-only namespace`},
+		{"sliding_log above 10000", `
+policies:
+  - name: api
+    limits:
+      - {limit: 100000, window: 1h, type: sliding_log}
+`, `5: policies[0].limits[0].limit: "100000": must be at most 10000 for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with precision, e.g. precision 1m`},
+		{"sliding_log cost too fine", `
+policies:
+  - name: api
+    cost: 0.5
+    limits:
+      - {limit: 10000, window: 1h, type: sliding_log}
+`, `4: policies[0].cost: "0.5": must be at least limits[0].limit / 10000 (1) for sliding_log: a log holds at most 10000 entries per key; use sliding_window with precision for finer costs`},
+		{"sliding_log with penalty", `
+policies:
+  - name: api
+    penalty: true
+    limits:
+      - {limit: 100, window: 1m}
+      - {limit: 10, window: 1m, type: sliding_log}
+`, `4: policies[0].penalty: "true": limits[1] is sliding_log, and only sliding_window and fixed_window can count denied requests: drop penalty, or use one of them`},
+		{"burst on an anchored window", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, type: anchored, burst: 5}
+`, `5: policies[0].limits[0].burst: "5": only applies to type token_bucket and leaky_bucket, not anchored`},
+		{"anchored window over 100 years", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 876001h, type: anchored}
+`, `5: policies[0].limits[0].window: "876001h": must be whole milliseconds, > 0 and at most 876000h`},
+		{"cost above an anchored limit", `
+policies:
+  - name: api
+    cost: 4
+    limits:
+      - {limit: 3, window: 1m, type: anchored}
+`, `4: policies[0].cost: "4": must be at most limits[0].limit (3): a larger cost can never pass`},
+		{"every anchored, sliding_log and precision error", `
+policies:
+  - name: api
+    limits:
+      - {limit: 10, window: 1m, type: fixed, precision: 1s}
+      - {limit: 20000, window: 1m, type: sliding_log}
+      - {limit: 10, window: 90s, precision: 30s}
+      - {limit: 10, window: 1500us, type: anchored}
+`, `5: policies[0].limits[0].precision: "1s": only applies to type sliding, not fixed
+FILE:6: policies[0].limits[1].limit: "20000": must be at most 10000 for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with precision, e.g. precision 1s
+FILE:7: policies[0].limits[2].precision: "30s": must be one of the window sizes of namespace "default": 1s, 1m, 1h
+FILE:8: policies[0].limits[3].window: "1500us": must be whole milliseconds, > 0 and at most 876000h`},
 		{"YAML syntax: bad indent in a list item", `
 node:
   id: a

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -232,4 +233,79 @@ func pushes(t *testing.T, base string) int {
 	var n int
 	_, _ = fmt.Sscan(string(m[1]), &n)
 	return n
+}
+
+// TestEndToEndSynchronousSlidingLog runs two ratesync-node processes on one
+// store, in a synchronous namespace, with a sliding log policy of 2 a
+// minute: what one node admits, the other counts, over HTTP.
+func TestEndToEndSynchronousSlidingLog(t *testing.T) {
+	bin := buildNode(t)
+	stores := []struct {
+		name string
+		env  func(t *testing.T) (string, string) // the namespace's store lines, an environment variable
+	}{
+		{StrategyRedis, func(t *testing.T) (string, string) {
+			r := testenv.NewRedis(t)
+			return fmt.Sprintf("strategy: redis\n    redis: {prefix: %s}", r.Prefix), EnvRedisURL + "=" + r.URL
+		}},
+		{StrategyPostgres, func(t *testing.T) (string, string) {
+			return "strategy: postgres", EnvPostgresURL + "=" + testenv.NewPostgres(t).URL
+		}},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			store, env := st.env(t)
+			cfgFile := filepath.Join(t.TempDir(), "node.yaml")
+			err := os.WriteFile(cfgFile, []byte(fmt.Sprintf(`
+namespaces:
+  - name: shared
+    %s
+    sync_rate: 0
+    window_sizes: [1m]
+policies:
+  - name: login
+    namespace: shared
+    limits: [{limit: 2, window: 1m, type: sliding_log}]
+`, store)), 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := startNode(t, bin, []string{env}, "-config", cfgFile, "-listen", "127.0.0.1:0")
+			b := startNode(t, bin, []string{env}, "-config", cfgFile, "-listen", "127.0.0.1:0")
+			check := func(p *process) *http.Response {
+				t.Helper()
+				resp, err := http.Post(p.url+"/v1/check", "application/json", strings.NewReader(`{"policy":"login","key":"user:1"}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				return resp
+			}
+			// Each process reads its own clock: the other's entries may be
+			// dated a few milliseconds ahead, and weigh until 60s and a bit
+			// from now (t=61).
+			for i, p := range []*process{a, b} {
+				resp := check(p)
+				rl := resp.Header.Get("RateLimit")
+				if resp.StatusCode != 200 || (rl != fmt.Sprintf(`"login/1m/sliding_log";r=%d;t=60`, 1-i) && rl != fmt.Sprintf(`"login/1m/sliding_log";r=%d;t=61`, 1-i)) {
+					t.Fatalf("request %d: status %d, RateLimit %q", i+1, resp.StatusCode, rl)
+				}
+			}
+			for _, p := range []*process{a, b} {
+				resp := check(p)
+				if retry, _ := strconv.Atoi(resp.Header.Get("Retry-After")); resp.StatusCode != 429 || retry < 50 || retry > 61 {
+					t.Errorf("a third request: status %d, Retry-After %q, want 429 within a minute", resp.StatusCode, resp.Header.Get("Retry-After"))
+				}
+			}
+			for _, p := range []*process{a, b} {
+				if code := p.stop(t, syscall.SIGTERM); code != 0 {
+					t.Errorf("exit code %d after SIGTERM\n%s", code, p.log())
+				}
+				if strings.Contains(p.log(), "store unreachable") {
+					t.Errorf("the store refused a check:\n%s", p.log())
+				}
+			}
+		})
+	}
 }

@@ -22,6 +22,7 @@ func FuzzDecodeCheck(f *testing.F) {
 	f.Add([]byte(`{"namespace":"default","key":"user:42","cost":1,"limits":[{"limit":100,"window":"1m"},{"limit":10,"window":"1s","type":"fixed"}]}`))
 	f.Add([]byte(`{"policy":"api","key":"user:42"}`))
 	f.Add([]byte(`{"key":"user:42","limits":[{"limit":10,"window":"1m","type":"token_bucket","burst":20}]}`))
+	f.Add([]byte(`{"key":"user:42","limits":[{"limit":1000,"window":"1h","precision":"1m"},{"limit":3,"window":"15m","type":"anchored"},{"limit":5,"window":"1m","type":"sliding_log"}]}`))
 	n := newTestNode(f, `
 policies:
   - name: api
@@ -59,8 +60,8 @@ policies:
 						t.Fatalf("accepted limit %+v", l)
 					}
 					bucket := l.Algorithm == ratelimiting.TokenBucket || l.Algorithm == ratelimiting.LeakyBucket
-					if l.Algorithm > ratelimiting.LeakyBucket || l.Algorithm == ratelimiting.AnchoredWindow || l.Algorithm == ratelimiting.SlidingLog ||
-						l.Fixed || !(l.Burst >= 0) || l.Burst > maxNumber || (l.Burst != 0 && !bucket) {
+					if l.Algorithm > ratelimiting.LeakyBucket || l.Fixed || !(l.Burst >= 0) || l.Burst > maxNumber || (l.Burst != 0 && !bucket) ||
+						l.Precision < 0 || l.Precision%time.Millisecond != 0 || (l.Precision != 0 && l.Algorithm != ratelimiting.SlidingWindow) {
 						t.Fatalf("accepted limit %+v", l)
 					}
 				}

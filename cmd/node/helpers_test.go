@@ -8,11 +8,36 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/ratesync/ratesync/internal/testenv"
+	"github.com/ratesync/ratesync/ratelimiting"
 )
+
+// testClock is a clock a test moves by hand; safe for concurrent use.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock(now time.Time) *testClock { return &testClock{now: now} }
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// option returns the instance option that reads c.
+func (c *testClock) option() ratelimiting.Option { return ratelimiting.WithClock(c.Now) }
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
@@ -40,11 +65,12 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// newTestNode builds a node of yaml, closed when the test ends.
-func newTestNode(t testing.TB, yaml string, env map[string]string) *Node {
+// newTestNode builds a node of yaml, closed when the test ends. opts are
+// its instance's options, such as a clock.
+func newTestNode(t testing.TB, yaml string, env map[string]string, opts ...ratelimiting.Option) *Node {
 	t.Helper()
 	cfg := testConfig(t, yaml, env)
-	n, err := newNode(context.Background(), cfg, testLogger(t))
+	n, err := newNode(context.Background(), cfg, testLogger(t), opts...)
 	if err != nil {
 		t.Fatalf("newNode: %v", err)
 	}

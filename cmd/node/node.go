@@ -57,8 +57,9 @@ type policy struct {
 
 // newNode builds the node of cfg: stores connected, namespaces created,
 // policies and routes ready, a first sync of every namespace with a store
-// attempted. It does not listen.
-func newNode(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
+// attempted. It does not listen. opts are added to the options of the
+// node's ratelimiting.Instance (tests give it a clock).
+func newNode(ctx context.Context, cfg Config, log *slog.Logger, opts ...ratelimiting.Option) (*Node, error) {
 	n := &Node{
 		cfg:        cfg,
 		log:        log,
@@ -73,10 +74,10 @@ func newNode(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.stores = st
-	n.in = ratelimiting.NewInstance("ratesync-node",
+	n.in = ratelimiting.NewInstance("ratesync-node", append([]ratelimiting.Option{
 		ratelimiting.WithNodeID(cfg.Node.ID),
 		ratelimiting.WithLogger(log),
-		ratelimiting.WithSyncObserver(n.observeSync))
+		ratelimiting.WithSyncObserver(n.observeSync)}, opts...)...)
 	fail := func(err error) (*Node, error) {
 		_ = n.in.Close(context.Background())
 		st.close()

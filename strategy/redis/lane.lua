@@ -411,9 +411,13 @@ local function anchoredCount(a, window, now)
 end
 
 -- anchoredAdd counts cost at now: in the open window, or in one it opens
--- at now.
+-- at now; a hit a whole window before the open one's opening (a late
+-- diff) counts nowhere.
 local function anchoredAdd(a, cost, window, now)
   if a.level > 0 and now < a.at + window then
+    if now + window <= a.at then
+      return
+    end
     a.level = a.level + cost
   else
     a.at, a.level = now, cost
