@@ -211,13 +211,6 @@ func (p *plan) settleKeyed(allowed bool) {
 	}
 }
 
-// unlockKeyed releases every state lockKeyed locked (a panic's path).
-func (p *plan) unlockKeyed() {
-	for i := range p.keyed {
-		p.keyed[i].unlock()
-	}
-}
-
 // keyedLimitState writes the LimitState of limit i, on anchored window or
 // log k, into out, which must be zero.
 func (p *plan) keyedLimitState(out *LimitState, i int, k *kgroup, allowed bool) {
