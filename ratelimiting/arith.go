@@ -48,7 +48,15 @@ func windowLimitState(out *LimitState, l *Limit, st *windowState, before, cost f
 // window limit in state st (strategy.WindowFits), from the guess n0; 0 when
 // none does.
 func windowRemaining(st *windowState, limit, n0 float64, fixed bool) float64 {
-	return wholeFit(func(n float64) bool { return strategy.WindowFits(st.cur, st.prev, n, limit, st.size, st.e, fixed) }, n0)
+	// wholeFit's search, written out: this is every window decision's path.
+	n := max(0, n0)
+	for i := 0; i < 64 && n > 0 && !strategy.WindowFits(st.cur, st.prev, n, limit, st.size, st.e, fixed); i++ {
+		n--
+	}
+	for i := 0; i < 64 && n+1 != n && strategy.WindowFits(st.cur, st.prev, n+1, limit, st.size, st.e, fixed); i++ {
+		n++
+	}
+	return n
 }
 
 // windowRetry returns the ms from now until a request of cost fits under

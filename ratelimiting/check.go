@@ -145,6 +145,33 @@ func (in *Instance) AllowOne(ctx context.Context, ns, key string, cost float64, 
 // each limit's state into out (len(p.limits)). The namespace and key come
 // apart from p: they escape, p's arrays must not.
 func (in *Instance) check(ctx context.Context, name, key string, p plan, out []LimitState) (allowed bool, retry time.Duration, err error) {
+	for i := range p.limits {
+		if l := &p.limits[i]; l.Algorithm.keyed() || l.Precision != 0 {
+			return in.checkMore(ctx, name, key, p, out)
+		}
+	}
+	var (
+		gbuf [stackLimits]group
+		bbuf [2]bgroup
+		ibuf [stackLimits]ref
+	)
+	p.groups, p.buckets, p.idx = gbuf[:0], bbuf[:0], ibuf[:0]
+	if len(p.limits) > stackLimits {
+		p.groups, p.idx = make([]group, 0, len(p.limits)), make([]ref, 0, len(p.limits))
+	}
+	p.now = in.now()
+	n, pp, err := in.prepare(&p, name)
+	if err != nil {
+		return false, 0, err
+	}
+	p.groups, p.buckets, p.idx = pp.groups, pp.buckets, pp.idx
+	return in.finish(ctx, &p, n, key, out)
+}
+
+// checkMore is check of a request with anchored windows, logs or
+// precision limits: with arrays for them too (kept apart so that other
+// requests do not clear them on every call).
+func (in *Instance) checkMore(ctx context.Context, name, key string, p plan, out []LimitState) (allowed bool, retry time.Duration, err error) {
 	var (
 		rbuf [stackLimits]int64
 		gbuf [stackLimits]group
@@ -163,9 +190,14 @@ func (in *Instance) check(ctx context.Context, name, key string, p plan, out []L
 		return false, 0, err
 	}
 	p.groups, p.spans, p.buckets, p.keyed, p.idx, p.retry = pp.groups, pp.spans, pp.buckets, pp.keyed, pp.idx, pp.retry
+	return in.finish(ctx, &p, n, key, out)
+}
+
+// finish runs a prepared plan: it reads, executes and decides.
+func (in *Instance) finish(ctx context.Context, p *plan, n *ns, key string, out []LimitState) (allowed bool, retry time.Duration, err error) {
 	p.sortGroups()
 	p.read(key)
-	if allowed, err = in.execute(ctx, &p, n, key); err != nil {
+	if allowed, err = in.execute(ctx, p, n, key); err != nil {
 		return false, 0, err
 	}
 	if n.closed() { // the namespace went away meanwhile: see shm.Series.Closed
@@ -244,8 +276,15 @@ func (in *Instance) prepare(p *plan, name string) (*ns, parts, error) {
 				}
 				pp.retry = pp.retry[:len(p.limits)]
 			}
+		case l.span() == 0:
+			r.kind = refWindow
+			pp.groups, r.j, err = addGroup(n, pp.groups, i, l.Window, "window")
+			if err == nil {
+				pp.groups[r.j].tighten(&l)
+			}
 		default:
-			pp.groups, pp.spans, r, err = addWindow(n, pp.groups, pp.spans, i, &l)
+			r.kind = refSpan
+			pp.groups, pp.spans, r.j, err = addSpan(n, pp.groups, pp.spans, i, &l)
 		}
 		if err != nil {
 			return nil, parts{}, err
@@ -255,38 +294,37 @@ func (in *Instance) prepare(p *plan, name string) (*ns, parts, error) {
 	return n, pp, nil
 }
 
-// addWindow adds window limit i, l, to its group in groups (and span in
-// spans, for a precision limit), and returns them.
-func addWindow(n *ns, groups []group, spans []sgroup, i int, l *Limit) ([]group, []sgroup, ref, error) {
-	size, field := l.Window, "window"
-	if p := l.span(); p > 0 {
-		size, field = p, "precision"
-	}
+// addGroup returns the window group of size in groups, added when
+// missing; field names limit i's field that gives the size.
+func addGroup(n *ns, groups []group, i int, size time.Duration, field string) ([]group, int, error) {
 	sr := n.seriesOf(size)
 	if sr == nil {
-		return nil, nil, ref{}, &InputError{Field: limitField(i, field), Value: size.String(), Allowed: fmt.Sprintf("must be one of the window sizes of namespace %q: %v", n.cfg.Name, n.cfg.WindowSizes)}
+		return nil, 0, &InputError{Field: limitField(i, field), Value: size.String(), Allowed: fmt.Sprintf("must be one of the window sizes of namespace %q: %v", n.cfg.Name, n.cfg.WindowSizes)}
 	}
-	j := 0
-	for j < len(groups) && groups[j].sr != sr {
-		j++
+	for j := range groups {
+		if groups[j].sr == sr {
+			return groups, j, nil
+		}
 	}
-	if j == len(groups) {
-		groups = append(groups, group{sr: sr})
-	}
-	if l.span() == 0 {
-		groups[j].tighten(l)
-		return groups, spans, ref{refWindow, j}, nil
+	return append(groups, group{sr: sr}), len(groups), nil
+}
+
+// addSpan adds precision limit i, l, to its span in spans, over its window
+// group in groups, and returns them.
+func addSpan(n *ns, groups []group, spans []sgroup, i int, l *Limit) ([]group, []sgroup, int, error) {
+	groups, j, err := addGroup(n, groups, i, l.Precision, "precision")
+	if err != nil {
+		return nil, nil, 0, err
 	}
 	span := l.Window.Milliseconds()
-	sr.Keep(span)
+	groups[j].sr.Keep(span)
 	for k := range spans {
 		if s := &spans[k]; s.g == j && s.span == span {
 			s.limit = min(s.limit, l.Limit)
-			return groups, spans, ref{refSpan, k}, nil
+			return groups, spans, k, nil
 		}
 	}
-	spans = append(spans, sgroup{g: j, span: span, limit: l.Limit})
-	return groups, spans, ref{refSpan, len(spans) - 1}, nil
+	return groups, append(spans, sgroup{g: j, span: span, limit: l.Limit}), len(spans), nil
 }
 
 // checkCost checks a request's cost.
