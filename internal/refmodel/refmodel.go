@@ -39,8 +39,11 @@ func (l Limit) burst() float64 {
 
 // State is one limit's part of a decision, as the model computes it.
 type State struct {
+	Limit      Limit
 	Allowed    bool
+	Rate       *big.Rat      // what counts against the limit after the decision
 	Remaining  float64       // the largest whole cost that would pass now
+	Reset      time.Duration // until the hits counted no longer weigh on it
 	RetryAfter time.Duration // 0 when allowed
 }
 
@@ -94,20 +97,31 @@ func (m *Model) count(size, start int64) *big.Rat {
 	return new(big.Rat)
 }
 
+// rate returns what counts against l at now: a window's count, a bucket's
+// level.
+func (m *Model) rate(l Limit, now int64) *big.Rat {
+	w := l.Window.Milliseconds()
+	switch l.Kind {
+	case Token, Leaky:
+		return m.level(l, now)
+	case Fixed:
+		return new(big.Rat).Set(m.count(w, floorDiv(now, w)*w))
+	case Sliding: // cur + prev * (size - (now mod size)) / size
+		start := floorDiv(now, w) * w
+		weight := big.NewRat(w-(now-start), w)
+		r := weight.Mul(weight, m.count(w, start-w))
+		return r.Add(r, m.count(w, start))
+	}
+	panic("refmodel: unknown kind")
+}
+
 // fits reports whether cost passes l at now (ms).
 func (m *Model) fits(l Limit, cost *big.Rat, now int64) bool {
+	r := m.rate(l, now)
 	if l.bucket() {
-		lvl := m.level(l, now)
-		return lvl.Add(lvl, cost).Cmp(rat(l.burst())) <= 0
+		return r.Add(r, cost).Cmp(rat(l.burst())) <= 0
 	}
-	size := l.Window.Milliseconds()
-	start := floorDiv(now, size) * size
-	rate := new(big.Rat).Set(m.count(size, start))
-	if l.Kind == Sliding {
-		w := big.NewRat(size-(now-start), size)
-		rate.Add(rate, w.Mul(w, m.count(size, start-size)))
-	}
-	return rate.Add(rate, cost).Cmp(rat(l.Limit)) <= 0
+	return r.Add(r, cost).Cmp(rat(l.Limit)) <= 0
 }
 
 // level returns a bucket's level at now: it drains Limit per Window, never
@@ -132,6 +146,7 @@ func (m *Model) Decide(now int64, cost float64, limits []Limit) Decision {
 	c := rat(cost)
 	d := Decision{Allowed: true, Limits: make([]State, len(limits))}
 	for i, l := range limits {
+		d.Limits[i].Limit = l
 		d.Limits[i].Allowed = m.fits(l, c, now)
 		d.Allowed = d.Allowed && d.Limits[i].Allowed
 	}
@@ -140,7 +155,9 @@ func (m *Model) Decide(now int64, cost float64, limits []Limit) Decision {
 	}
 	for i, l := range limits {
 		st := &d.Limits[i]
+		st.Rate = m.rate(l, now)
 		st.Remaining = m.remaining(l, now)
+		st.Reset = m.reset(l, now)
 		if !st.Allowed {
 			st.RetryAfter = m.retryAfter(l, c, now)
 			d.RetryAfter = max(d.RetryAfter, st.RetryAfter)
@@ -198,14 +215,50 @@ func (m *Model) remaining(l Limit, now int64) float64 {
 // retryAfter returns the least whole ms d at which cost passes l, if nothing
 // else comes: fits never turns false again as time passes without hits.
 func (m *Model) retryAfter(l Limit, c *big.Rat, now int64) time.Duration {
+	return first(func(d int64) bool { return m.fits(l, c, now+d) })
+}
+
+// reset returns the time until the hits counted against l no longer weigh
+// on it, if no more come:
+//   - Fixed: the end of the window;
+//   - Sliding: until now - W passes the end of the newest of its two
+//     windows with hits;
+//   - buckets: the least whole ms at which the level is 0.
+func (m *Model) reset(l Limit, now int64) time.Duration {
+	w := l.Window.Milliseconds()
+	ms := func(d int64) time.Duration { return time.Duration(d) * time.Millisecond }
+	switch l.Kind {
+	case Fixed:
+		return ms(floorDiv(now, w)*w + w - now)
+	case Sliding:
+		p := w
+		hold := floorDiv(now-w, p) * p
+		for s := floorDiv(now, p) * p; s >= hold; s -= p {
+			if m.count(p, s).Sign() != 0 {
+				return ms(s + p + w - now)
+			}
+		}
+		return 0
+	case Token, Leaky:
+		return first(func(d int64) bool { return m.level(l, now+d).Sign() == 0 })
+	}
+	panic("refmodel: unknown kind")
+}
+
+// first returns the least whole ms d >= 0 with ok(d), as a duration; ok
+// never turns false again as d grows, and holds for some d.
+func first(ok func(int64) bool) time.Duration {
+	if ok(0) {
+		return 0
+	}
 	hi := int64(1)
-	for !m.fits(l, c, now+hi) {
+	for !ok(hi) {
 		hi *= 2
 	}
-	lo := int64(0)
+	lo := hi / 2 // !ok(lo)
 	for lo+1 < hi {
 		mid := lo + (hi-lo)/2
-		if m.fits(l, c, now+mid) {
+		if ok(mid) {
 			hi = mid
 		} else {
 			lo = mid
