@@ -13,17 +13,20 @@ import (
 
 // algorithms are the library's algorithms of the model's kinds.
 var algorithms = [...]ratelimiting.Algorithm{
-	Sliding: ratelimiting.SlidingWindow,
-	Fixed:   ratelimiting.FixedWindow,
-	Token:   ratelimiting.TokenBucket,
-	Leaky:   ratelimiting.LeakyBucket,
+	Sliding:   ratelimiting.SlidingWindow,
+	Fixed:     ratelimiting.FixedWindow,
+	Token:     ratelimiting.TokenBucket,
+	Leaky:     ratelimiting.LeakyBucket,
+	Anchored:  ratelimiting.AnchoredWindow,
+	Log:       ratelimiting.SlidingLog,
+	Precision: ratelimiting.SlidingWindow,
 }
 
 // Limits converts the model's limits to the library's.
 func Limits(ls []Limit) []ratelimiting.Limit {
 	out := make([]ratelimiting.Limit, len(ls))
 	for i, l := range ls {
-		out[i] = ratelimiting.Limit{Limit: l.Limit, Window: l.Window, Algorithm: algorithms[l.Kind], Burst: l.Burst}
+		out[i] = ratelimiting.Limit{Limit: l.Limit, Window: l.Window, Algorithm: algorithms[l.Kind], Burst: l.Burst, Precision: l.Precision}
 	}
 	return out
 }
@@ -36,7 +39,7 @@ func Limits(ls []Limit) []ratelimiting.Limit {
 // rounded to the nearest float64.
 func sameRate(k Kind, got float64, want *big.Rat) bool {
 	w, _ := want.Float64()
-	if k == Sliding {
+	if k == Sliding || k == Precision {
 		return math.Abs(got-w) <= math.Abs(w)*0x1p-50
 	}
 	return got == w
@@ -77,13 +80,15 @@ func Same(got ratelimiting.Decision, want Decision) string {
 func Run(t testing.TB, in *ratelimiting.Instance, advance func(time.Duration) int64, ns, key string, steps []Step, sync func()) {
 	t.Helper()
 	m := New()
+	var prev *Decision
 	for i, s := range steps {
-		now := advance(s.Advance)
+		now := advance(s.Move(prev))
 		got, err := in.Allow(context.Background(), ns, key, s.Cost, Limits(s.Limits)...)
 		if err != nil {
 			t.Fatalf("step %d: Allow: %v", i, err)
 		}
 		want := m.Decide(now, s.Cost, s.Limits)
+		prev = &want
 		if diff := Same(got, want); diff != "" {
 			t.Fatalf("step %d (cost %v, limits %+v, at %d): %s", i, s.Cost, s.Limits, now, diff)
 		}
