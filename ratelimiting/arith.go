@@ -48,14 +48,7 @@ func windowLimitState(out *LimitState, l *Limit, st *windowState, before, cost f
 // window limit in state st (strategy.WindowFits), from the guess n0; 0 when
 // none does.
 func windowRemaining(st *windowState, limit, n0 float64, fixed bool) float64 {
-	n := max(0, n0)
-	for i := 0; i < 64 && n > 0 && !strategy.WindowFits(st.cur, st.prev, n, limit, st.size, st.e, fixed); i++ {
-		n--
-	}
-	for i := 0; i < 64 && n+1 != n && strategy.WindowFits(st.cur, st.prev, n+1, limit, st.size, st.e, fixed); i++ {
-		n++
-	}
-	return n
+	return wholeFit(func(n float64) bool { return strategy.WindowFits(st.cur, st.prev, n, limit, st.size, st.e, fixed) }, n0)
 }
 
 // windowRetry returns the ms from now until a request of cost fits under
@@ -123,14 +116,7 @@ func bucketLimitState(out *LimitState, l *Limit, before, after *bucketState, cos
 // bucketRemaining returns the largest whole cost n >= 0 that fits a bucket
 // of capacity burst at level lvl (strategy.BucketFits), 0 when none does.
 func bucketRemaining(lvl, burst float64, window int64) float64 {
-	n := max(0, math.Floor(burst-lvl/float64(window)))
-	for i := 0; i < 64 && n > 0 && !strategy.BucketFits(lvl, n, burst, window); i++ {
-		n--
-	}
-	for i := 0; i < 64 && n+1 != n && strategy.BucketFits(lvl, n+1, burst, window); i++ {
-		n++
-	}
-	return n
+	return wholeFit(func(n float64) bool { return strategy.BucketFits(lvl, n, burst, window) }, math.Floor(burst-lvl/float64(window)))
 }
 
 // emptyIn returns the least d at which the bucket, at level lvl at now,
@@ -275,4 +261,17 @@ func spanRetry(counts []float64, cost, limit float64, size, e int64) int64 {
 		return int64(m)*size + lo - e
 	}
 	return int64(len(counts))*size - e
+}
+
+// wholeFit returns the largest whole n >= 0 with fits(n), from the guess
+// n0 (fits never turns true again as n grows); 0 when none fits.
+func wholeFit(fits func(float64) bool, n0 float64) float64 {
+	n := max(0, float64(int64(max(0, min(n0, 1<<53)))))
+	for i := 0; i < 64 && n > 0 && !fits(n); i++ {
+		n--
+	}
+	for i := 0; i < 64 && n+1 != n && fits(n+1); i++ {
+		n++
+	}
+	return n
 }

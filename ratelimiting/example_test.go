@@ -189,3 +189,36 @@ func ExampleInstance_AllowOne() {
 	// false 0 6s 18s
 	// true 0
 }
+
+// A sliding log weighs each admitted hit for exactly its window; an
+// anchored window opens at a key's first hit; a precision counts a sliding
+// window in sub-windows of one of the namespace's window sizes.
+func ExampleAlgorithm() {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	in := ratelimiting.NewInstance("example", ratelimiting.WithClock(func() time.Time { return now }))
+	ctx := context.Background()
+	defer in.Close(ctx)
+	if err := in.New(namespace.Config{Name: "login", SyncRate: namespace.LocalOnly, WindowSizes: []time.Duration{10 * time.Minute}}); err != nil {
+		panic(err)
+	}
+	log := ratelimiting.Limit{Limit: 2, Window: 15 * time.Minute, Algorithm: ratelimiting.SlidingLog}
+	in.Allow(ctx, "login", "alice", 1, log)
+	now = now.Add(5 * time.Minute)
+	in.Allow(ctx, "login", "alice", 1, log)
+	d, _ := in.Allow(ctx, "login", "alice", 1, log)
+	fmt.Println(d.Allowed, d.RetryAfter) // until the first attempt stops weighing
+
+	day := ratelimiting.Limit{Limit: 1, Window: 24 * time.Hour, Algorithm: ratelimiting.AnchoredWindow}
+	in.Allow(ctx, "login", "bob", 1, day)
+	now = now.Add(time.Hour)
+	d, _ = in.Allow(ctx, "login", "bob", 1, day)
+	fmt.Println(d.Allowed, d.RetryAfter) // a day after bob's first hit
+
+	hour := ratelimiting.Limit{Limit: 60, Window: time.Hour, Precision: 10 * time.Minute}
+	d, _ = in.Allow(ctx, "login", "carol", 10, hour)
+	fmt.Println(d.Allowed, d.Limits[0].Remaining, d.Limits[0].Reset)
+	// Output:
+	// false 10m0s
+	// false 23h0m0s
+	// true 50 1h5m0s
+}

@@ -233,16 +233,3 @@ func (p *plan) keyedLimitState(out *LimitState, i int, k *kgroup, allowed bool) 
 	}
 	out.RetryAfter = ms(max(1, p.retry[i]-p.now))
 }
-
-// wholeFit returns the largest whole n >= 0 with fits(n), from the guess
-// n0 (fits never turns true again as n grows); 0 when none fits.
-func wholeFit(fits func(float64) bool, n0 float64) float64 {
-	n := max(0, float64(int64(max(0, min(n0, 1<<53)))))
-	for i := 0; i < 64 && n > 0 && !fits(n); i++ {
-		n--
-	}
-	for i := 0; i < 64 && n+1 != n && fits(n+1); i++ {
-		n++
-	}
-	return n
-}

@@ -240,3 +240,95 @@ func TestSynchronousKeyedHitsWhileTheStoreIsDownReachIt(t *testing.T) {
 		}
 	}
 }
+
+func TestPeriodicPrecisionReadsTheWholeSpan(t *testing.T) {
+	clk := newClock(t0)
+	store := memory.New()
+	a, b := newInstance(t, clk), newInstance(t, clk)
+	for _, in := range []*ratelimiting.Instance{a, b} {
+		mustNew(t, in, synced("ns", time.Hour, store, time.Second))
+	}
+	l := ratelimiting.Limit{Limit: 20, Window: 4 * time.Second, Precision: time.Second}
+	// Node a counts 3, 4 and 5 in three sub-windows, pushing each.
+	for _, n := range []float64{3, 4, 5} {
+		if d := allow(t, a, "ns", "k", n, l); !d.Allowed {
+			t.Fatalf("node a, %v: %+v", n, d)
+		}
+		syncNS(t, a, "ns")
+		clk.Advance(time.Second)
+	}
+	// Node b counted the key in the current sub-window only; its fetch
+	// reads the span's five sub-windows.
+	clk.Advance(500 * time.Millisecond)
+	allow(t, b, "ns", "k", 1, l)
+	syncNS(t, b, "ns")
+	d := allow(t, b, "ns", "k", 0, l)
+	// Sub-windows, newest first: 1, 5, 4, 3, 0 (the oldest, weighted 0.5).
+	if st := d.Limits[0]; st.Rate != 13 || st.Remaining != 7 {
+		t.Fatalf("node b after a fetch: %+v, want rate 13, 7 remaining", st)
+	}
+	clk.Advance(time.Second) // sub-windows 0, 1, 5, 4 and 3 at weight 0.5
+	allow(t, b, "ns", "k", 0.5, l)
+	syncNS(t, b, "ns")
+	if st := allow(t, b, "ns", "k", 0, l).Limits[0]; st.Rate != 12 {
+		t.Fatalf("a second later: %+v, want rate 0.5 + 1 + 5 + 4 + 3*0.5 = 12", st)
+	}
+}
+
+// A peek (cost 0) locks a key's anchored windows and logs in the order of
+// its limits, and without the key's stripe lock; two requests naming the
+// same log and anchored window in the opposite order then each hold one
+// slot and wait for the other's. Both orders must finish.
+func TestKeyedPeeksInOppositeOrdersDoNotDeadlock(t *testing.T) {
+	clk := newClock(t0)
+	// Not closed at the end: Close would wait on the deadlocked slots.
+	in := ratelimiting.NewInstance(t.Name(), ratelimiting.WithClock(clk.Now), quiet)
+	mustNew(t, in, local("ns", time.Minute))
+	lg := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.SlidingLog}
+	an := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.AnchoredWindow}
+	var wg sync.WaitGroup
+	for _, req := range []struct {
+		cost   float64
+		limits []ratelimiting.Limit
+	}{{0, []ratelimiting.Limit{lg, an}}, {0, []ratelimiting.Limit{an, lg}}, {1, []ratelimiting.Limit{lg, an}}} {
+		for range 4 {
+			wg.Go(func() {
+				for range 20000 {
+					if _, err := in.Allow(context.Background(), "ns", "k", req.cost, req.limits...); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("requests on one key's log and anchored window in opposite orders deadlocked")
+	}
+}
+
+// A precision limit's sub-windows are the namespace's own counters of that
+// size: hits counted in them before the first precision request (here by
+// Increment) weigh in its rate like later ones. Expiry must not have
+// dropped them because no precision limit had asked the series to keep
+// them yet.
+func TestPrecisionSeesSubWindowsCountedBeforeItsFirstUse(t *testing.T) {
+	clk := newClock(t0.Add(500 * time.Millisecond))
+	in := newInstance(t, clk)
+	mustNew(t, in, local("ns", time.Second))
+	incr(t, in, "ns", "k", time.Second, 5) // sub-window [0s, 1s)
+	clk.Advance(time.Second)
+	incr(t, in, "ns", "k", time.Second, 1) // [1s, 2s)
+	clk.Advance(time.Second)
+	incr(t, in, "ns", "k", time.Second, 1) // [2s, 3s): making it expires [0s, 1s)
+	clk.Advance(100 * time.Millisecond)    // 2.6 s: now - 3s is in [-1s, 0s), so [0s, 1s) weighs fully
+	l := ratelimiting.Limit{Limit: 10, Window: 3 * time.Second, Precision: time.Second}
+	d := allow(t, in, "ns", "k", 0, l)
+	if st := d.Limits[0]; st.Rate != 7 || st.Remaining != 3 {
+		t.Fatalf("first precision request: %+v, want rate 5 + 1 + 1 = 7, 3 remaining", st)
+	}
+}

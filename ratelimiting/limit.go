@@ -181,7 +181,9 @@ func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 		return bad("window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
 	case (l.Algorithm.bucket() || l.Algorithm.keyed()) && (l.Window <= 0 || l.Window%time.Millisecond != 0 || l.Window > namespace.MaxWindowSize):
 		return bad("window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
-	case (l.Algorithm.bucket() || l.Algorithm.keyed()) && penalty:
+	case l.Algorithm.bucket() && penalty:
+		return bad("algorithm", l.Algorithm.String(), "a bucket cannot count denied requests: drop penalty, or use a window algorithm")
+	case l.Algorithm.keyed() && penalty:
 		return bad("algorithm", l.Algorithm.String(), "only sliding_window and fixed_window can count denied requests: drop penalty, or use one of them")
 	case l.Algorithm == SlidingLog && l.Limit > MaxLogLimit:
 		return bad("limit", fmt.Sprint(l.Limit), fmt.Sprintf("must be at most %d for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with precision, e.g. precision %v", MaxLogLimit, suggestPrecision(l.Window)))
