@@ -126,7 +126,7 @@ func TestEveryAlgorithmMatchesTheReference(t *testing.T) {
 					}
 				}
 				advance := func(d time.Duration) int64 { clk.Advance(d); return clk.Now().UnixMilli() }
-				refmodel.Run(t, in, advance, "ns", "k", refmodel.Mix{Kinds: mode.kinds, Most: 4, Probes: true}.Trace(r, 200), sync)
+				refmodel.Run(t, in, advance, "ns", "k", refmodel.Mix{Kinds: mode.kinds, Most: 4, Probes: true, Subsets: seed%2 == 1}.Trace(r, 200), sync)
 				_ = in.Close(context.Background())
 			}
 		})

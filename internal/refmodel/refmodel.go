@@ -450,6 +450,10 @@ type Mix struct {
 	// Probes makes one step in four a Probe: the clock moves to the
 	// previous decision's RetryAfter or Reset, or 1 ms before.
 	Probes bool
+	// Subsets makes each step's limits a random non-empty subset of the
+	// trace's, in their order: a state counted by some limits is then read
+	// by others first used later.
+	Subsets bool
 }
 
 // Trace returns n random steps for one key, as the package's Trace does,
@@ -477,22 +481,39 @@ func (x Mix) Trace(r *rand.Rand, n int) []Step {
 		}
 		limits = append(limits, l)
 	}
-	smallest := limits[0].Limit
-	for _, l := range limits {
-		smallest = min(smallest, l.Limit, l.burst())
-	}
 	steps := make([]Step, n)
 	for i := range steps {
 		w := Windows[r.IntN(len(Windows))]
 		adv := time.Duration(r.Int64N(w.Milliseconds()/4+1)) * time.Millisecond
 		cost := float64(r.IntN(13)) / 4
-		if cost > smallest {
-			cost = smallest
-		}
 		steps[i] = Step{Advance: adv, Cost: cost, Limits: limits}
 		if x.Probes && r.IntN(4) == 0 {
 			steps[i].Probe = Probe(1 + r.IntN(4))
 		}
+		if x.Subsets {
+			steps[i].Limits = subset(r, limits)
+		}
+	}
+	for i := range steps { // no cost above a limit: the library refuses it
+		s := &steps[i]
+		for _, l := range s.Limits {
+			s.Cost = min(s.Cost, l.Limit, l.burst())
+		}
 	}
 	return steps
+}
+
+// subset returns a random non-empty subset of limits, in their order.
+func subset(r *rand.Rand, limits []Limit) []Limit {
+	for {
+		var out []Limit
+		for _, l := range limits {
+			if r.IntN(2) == 0 {
+				out = append(out, l)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+	}
 }

@@ -1,8 +1,11 @@
 package refmodel
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -129,16 +132,57 @@ func TestProbes(t *testing.T) {
 	}
 }
 
-// TestTraceIsStable checks that Trace still draws the traces it drew
-// before Mix: the seeds of existing tests keep their traces.
+// TestTraceIsStable checks that Trace draws the traces it drew before
+// Mix, so that the seeds of existing tests keep their traces: digests of
+// two of them, taken before.
 func TestTraceIsStable(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 12))
-	got := Trace(r, 5)
-	r = rand.New(rand.NewPCG(3, 12))
-	want := Mix{Kinds: []Kind{Sliding, Fixed, Token, Leaky}, Most: 3}.Trace(r, 5)
-	for i := range got {
-		if got[i].Advance != want[i].Advance || got[i].Cost != want[i].Cost || got[i].Probe != NoProbe {
-			t.Fatalf("step %d: %+v, want %+v", i, got[i], want[i])
+	for seed, want := range map[uint64]string{
+		3:  "db10bf84b5ef469a874d8e09990fe32b5ace1071223e6152fa30e44bb7296d26",
+		17: "67dcac68f73e3638d8d3279c2edd511587f70aefcb973e9cd252f3b9f98a7238",
+	} {
+		var b strings.Builder
+		for _, s := range Trace(rand.New(rand.NewPCG(seed, 12)), 200) {
+			if s.Probe != NoProbe || s.Limits[0].Precision != 0 {
+				t.Fatalf("seed %d: a step of Trace with a probe or a precision: %+v", seed, s)
+			}
+			fmt.Fprintf(&b, "%v %v", s.Advance, s.Cost)
+			for _, l := range s.Limits {
+				fmt.Fprintf(&b, " %d %v %v %v", l.Kind, l.Limit, l.Window, l.Burst)
+			}
+			b.WriteString("\n")
+		}
+		if got := fmt.Sprintf("%x", sha256.Sum256([]byte(b.String()))); got != want {
+			t.Errorf("seed %d: digest %s, want %s", seed, got, want)
+		}
+	}
+}
+
+// TestSubsets checks that a trace with Subsets draws, each step, a
+// non-empty subset of its limits in their order, and no cost above one of
+// them.
+func TestSubsets(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	x := Mix{Kinds: []Kind{Sliding, Fixed, Token, Leaky, Anchored, Log, Precision}, Most: 4, Subsets: true}
+	for range 50 {
+		steps := x.Trace(r, 50)
+		all := map[Limit]int{}
+		for _, s := range steps {
+			for _, l := range s.Limits {
+				all[l]++
+			}
+		}
+		for i, s := range steps {
+			if len(s.Limits) == 0 {
+				t.Fatalf("step %d has no limit", i)
+			}
+			for _, l := range s.Limits {
+				if s.Cost > l.Limit || s.Cost > l.burst() {
+					t.Fatalf("step %d: cost %v above %+v", i, s.Cost, l)
+				}
+			}
+		}
+		if len(all) > 4 {
+			t.Fatalf("%d limits across the steps, want at most 4", len(all))
 		}
 	}
 }
