@@ -73,8 +73,9 @@ func Same(got ratelimiting.Decision, want Decision) string {
 }
 
 // Run runs steps for key against in's namespace ns and a fresh model, and
-// fails at the first decision that differs. advance moves the instance's
-// clock and returns it in Unix ms. sync, when set, runs after each step (a
+// fails at the first decision that differs. A step of one limit is asked
+// with AllowOne every other time, else with Allow. advance moves the
+// instance's clock and returns it in Unix ms. sync, when set, runs after each step (a
 // periodic namespace's push and fetch: with one hit per push, a bucket diff
 // dated by its first hit is exact).
 func Run(t testing.TB, in *ratelimiting.Instance, advance func(time.Duration) int64, ns, key string, steps []Step, sync func()) {
@@ -83,9 +84,9 @@ func Run(t testing.TB, in *ratelimiting.Instance, advance func(time.Duration) in
 	var prev *Decision
 	for i, s := range steps {
 		now := advance(s.Move(prev))
-		got, err := in.Allow(context.Background(), ns, key, s.Cost, Limits(s.Limits)...)
+		got, method, err := allow(in, ns, key, s.Cost, Limits(s.Limits), i%2 == 1)
 		if err != nil {
-			t.Fatalf("step %d: Allow: %v", i, err)
+			t.Fatalf("step %d: %s: %v", i, method, err)
 		}
 		want := m.Decide(now, s.Cost, s.Limits)
 		prev = &want
@@ -96,4 +97,16 @@ func Run(t testing.TB, in *ratelimiting.Instance, advance func(time.Duration) in
 			sync()
 		}
 	}
+}
+
+// allow asks in for a decision: with AllowOne when one is set and there is
+// one limit, else with Allow; it returns the method's name too.
+func allow(in *ratelimiting.Instance, ns, key string, cost float64, limits []ratelimiting.Limit, one bool) (ratelimiting.Decision, string, error) {
+	if !one || len(limits) != 1 {
+		d, err := in.Allow(context.Background(), ns, key, cost, limits...)
+		return d, "Allow", err
+	}
+	st, err := in.AllowOne(context.Background(), ns, key, cost, limits[0])
+	d := ratelimiting.Decision{Allowed: st.Allowed, RetryAfter: st.RetryAfter, Limits: []ratelimiting.LimitState{st}}
+	return d, "AllowOne", err
 }
