@@ -91,7 +91,7 @@ type plan struct {
 
 func (p *plan) parts() int { return len(p.groups) + len(p.buckets) + len(p.keyed) }
 
-// group returns window group j of limit i, for a window or a span.
+// windowOf returns the window group of limit i, a window or a span.
 func (p *plan) windowOf(i int) *group {
 	r := p.idx[i]
 	if r.kind == refSpan {

@@ -22,6 +22,9 @@ import (
 // last read plus this node's hits since.
 func (in *Instance) checkLocal(p *plan, key string) bool {
 	if p.cost == 0 {
+		if len(p.keyed) > 1 { // slots are locked in the request's order: one such peek at a time
+			defer in.lock(key, len(p.keyed)).unlock()
+		}
 		return p.peek(key)
 	}
 	defer in.lock(key, p.parts()).unlock()

@@ -121,11 +121,15 @@ func (k *kgroup) lock(key string, now int64) {
 
 // fits reports whether a request of cost fits the state locked, against
 // the tightest limit.
-func (k *kgroup) fits(cost float64) bool {
-	if k.anch != nil {
-		return strategy.AnchoredFits(k.before, cost, k.limit)
+func (k *kgroup) fits(cost float64) bool { return k.fitsLimit(k.before, cost, k.limit) }
+
+// fitsLimit reports whether cost fits limit on a count (AnchoredFits) or
+// a log's sum (LogFits).
+func (k *kgroup) fitsLimit(count, cost, limit float64) bool {
+	if k.algo == AnchoredWindow {
+		return strategy.AnchoredFits(count, cost, limit)
 	}
-	return strategy.LogFits(k.before, cost, k.limit)
+	return strategy.LogFits(count, cost, limit)
 }
 
 // add counts cost at now in the state locked (nowhere when the dict had no
@@ -219,11 +223,11 @@ func (p *plan) unlockKeyed() {
 func (p *plan) keyedLimitState(out *LimitState, i int, k *kgroup, allowed bool) {
 	l := &p.limits[i]
 	out.Limit, out.Rate = *l, k.count
-	out.Remaining = wholeFit(func(n float64) bool { return strategy.LogFits(k.count, n, l.Limit) }, l.Limit-k.count)
+	out.Remaining = wholeFit(func(n float64) bool { return k.fitsLimit(k.count, n, l.Limit) }, l.Limit-k.count)
 	if k.count > 0 && k.at != 0 {
 		out.Reset = ms(max(0, k.at+k.window-p.now))
 	}
-	out.Allowed = allowed || strategy.LogFits(k.before, p.cost, l.Limit)
+	out.Allowed = allowed || k.fitsLimit(k.before, p.cost, l.Limit)
 	if out.Allowed {
 		return
 	}

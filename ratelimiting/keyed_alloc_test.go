@@ -47,3 +47,29 @@ func TestSlidingLogAllowOneAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// AllowOne on an existing key allocates nothing, for every algorithm.
+func TestAllowOneAllocatesNothing(t *testing.T) {
+	clk := newClock(t0)
+	in := newInstance(t, clk)
+	mustNew(t, in, local("ns", time.Second, time.Minute))
+	for _, l := range []ratelimiting.Limit{
+		{Limit: 1e9, Window: time.Minute},
+		{Limit: 1e9, Window: time.Minute, Algorithm: ratelimiting.FixedWindow},
+		{Limit: 1e9, Window: time.Minute, Algorithm: ratelimiting.AnchoredWindow},
+		{Limit: 1e9, Window: time.Minute, Precision: time.Second},
+		{Limit: 1e9, Window: time.Minute, Algorithm: ratelimiting.TokenBucket},
+		{Limit: 1e9, Window: time.Minute, Algorithm: ratelimiting.LeakyBucket},
+	} {
+		hit := func() {
+			clk.Advance(time.Millisecond)
+			if _, err := in.AllowOne(context.Background(), "ns", "k", 1, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hit()
+		if n := testing.AllocsPerRun(200, hit); n != 0 {
+			t.Errorf("%s (precision %v): %v allocations per AllowOne, want 0", l.Algorithm, l.Precision, n)
+		}
+	}
+}

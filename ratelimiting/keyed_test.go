@@ -316,19 +316,3 @@ func TestKeyedPeeksInOppositeOrdersDoNotDeadlock(t *testing.T) {
 // Increment) weigh in its rate like later ones. Expiry must not have
 // dropped them because no precision limit had asked the series to keep
 // them yet.
-func TestPrecisionSeesSubWindowsCountedBeforeItsFirstUse(t *testing.T) {
-	clk := newClock(t0.Add(500 * time.Millisecond))
-	in := newInstance(t, clk)
-	mustNew(t, in, local("ns", time.Second))
-	incr(t, in, "ns", "k", time.Second, 5) // sub-window [0s, 1s)
-	clk.Advance(time.Second)
-	incr(t, in, "ns", "k", time.Second, 1) // [1s, 2s)
-	clk.Advance(time.Second)
-	incr(t, in, "ns", "k", time.Second, 1) // [2s, 3s): making it expires [0s, 1s)
-	clk.Advance(100 * time.Millisecond)    // 2.6 s: now - 3s is in [-1s, 0s), so [0s, 1s) weighs fully
-	l := ratelimiting.Limit{Limit: 10, Window: 3 * time.Second, Precision: time.Second}
-	d := allow(t, in, "ns", "k", 0, l)
-	if st := d.Limits[0]; st.Rate != 7 || st.Remaining != 3 {
-		t.Fatalf("first precision request: %+v, want rate 5 + 1 + 1 = 7, 3 remaining", st)
-	}
-}

@@ -87,6 +87,10 @@ type Limit struct {
 	// be). The rate is the counts of the sub-windows that start after
 	// now - Window plus the one holding now - Window, weighted by its share
 	// still inside. 0, or Window itself, is Kong's two-window estimate.
+	// A node keeps Window / Precision + 1 sub-windows from the first
+	// request that names the precision: until then it keeps two, as for
+	// any window size, so counts made before it (Increment, plain limits of
+	// that size) older than the previous sub-window are not in its rate.
 	Precision time.Duration
 }
 
@@ -177,8 +181,6 @@ func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
 		return bad("burst", fmt.Sprint(l.Burst), "must be a finite number >= 0 (0 means the limit)")
 	case l.Burst != 0 && !l.Algorithm.bucket():
 		return bad("burst", fmt.Sprint(l.Burst), fmt.Sprintf("only applies to token_bucket and leaky_bucket, not %s", l.Algorithm))
-	case l.Algorithm.bucket() && (l.Window <= 0 || l.Window%time.Millisecond != 0 || l.Window > namespace.MaxWindowSize):
-		return bad("window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
 	case (l.Algorithm.bucket() || l.Algorithm.keyed()) && (l.Window <= 0 || l.Window%time.Millisecond != 0 || l.Window > namespace.MaxWindowSize):
 		return bad("window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
 	case l.Algorithm.bucket() && penalty:

@@ -38,10 +38,15 @@ func AnchoredFits(count, cost, limit float64) bool { return count+cost <= limit 
 
 // AnchoredAdd returns the anchored window b after cost is counted at now:
 // added to the open window, or opening one at now when none is open. A
-// diff (BucketDiff) is added at its At the same way.
+// diff (BucketDiff) is added at its At the same way; one dated a whole
+// window or more before the open window's opening belongs to a window that
+// closed before it, and counts nowhere (b is returned unchanged).
 func AnchoredAdd(b BucketState, cost float64, window, now int64) BucketState {
 	if !anchoredOpen(b, window, now) {
 		return BucketState{Key: b.Key, Kind: b.Kind, Window: b.Window, At: now, Level: cost}
+	}
+	if now+window <= b.At {
+		return b
 	}
 	b.Level += cost
 	return b
@@ -71,6 +76,7 @@ type LogEntry struct {
 type Log struct {
 	Entries []LogEntry
 	Sum     float64
+	buf     []LogEntry // Entries' backing array, from its start
 }
 
 // LogFits reports whether a request of cost fits a log whose Sum, once
@@ -87,11 +93,11 @@ func (l *Log) Trim(now, window int64) {
 	if n == 0 {
 		return
 	}
-	// Re-sliced, not copied: a trim costs what it drops, and the space
-	// before the slice goes when an append next moves the entries.
+	// Re-sliced, not copied: a trim costs what it drops. Add moves the
+	// entries back to the start of the array when it reaches its end.
 	l.Entries = l.Entries[n:]
 	if len(l.Entries) == 0 {
-		l.Entries, l.Sum = nil, 0
+		l.Entries, l.Sum = l.buf[:0], 0
 	}
 }
 
@@ -106,9 +112,28 @@ func (l *Log) Add(at int64, cost float64) {
 		l.Entries[i-1].Cost += cost
 		return
 	}
+	l.grow()
 	l.Entries = append(l.Entries, LogEntry{})
 	copy(l.Entries[i+1:], l.Entries[i:])
 	l.Entries[i] = LogEntry{At: at, Cost: cost}
+}
+
+// grow makes room for one more entry without allocating while the array
+// is at least twice as long as the entries: they move back to its start
+// (each move follows as many trims as it copies entries, so it costs O(1)
+// per hit); otherwise append grows a new array.
+func (l *Log) grow() {
+	n := len(l.Entries)
+	if n < cap(l.Entries) {
+		return
+	}
+	if n > 0 && cap(l.buf) >= 2*n && &l.buf[:1][0] != &l.Entries[0] {
+		l.Entries = l.buf[:copy(l.buf, l.Entries)]
+		return
+	}
+	l.buf = make([]LogEntry, n, max(2*n, 4))
+	copy(l.buf, l.Entries)
+	l.Entries = l.buf
 }
 
 // Newest returns the instant of the newest entry, 0 when the log is empty.

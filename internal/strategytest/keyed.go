@@ -153,6 +153,27 @@ var keyedCases = []suiteCase{
 			t.Fatalf("a second later: %+v, want allowed: a new window of 3, the log at 2 + 3", r)
 		}
 	}},
+	{"a late anchored diff of a window that closed before the open one counts nowhere", func(t *testing.T, s strategy.Strategy) {
+		ck := checker(t, s)
+		t0 := Base.Add(time.Hour)
+		lim := strategy.CheckLimit{WindowSize: time.Minute, Limit: 10, Kind: strategy.KindAnchored}
+		st := &stepper{t: t, ck: ck, node: "open", c: strategy.Check{Namespace: "late", Key: "k", Limits: []strategy.CheckLimit{lim}}}
+		st.at(t0.Add(100*time.Second), 1) // opens [t0+100s, t0+160s)
+		late := func(seq uint64, at time.Duration) {
+			push(t, s, strategy.Batch{Node: "late", Seq: seq, Buckets: []strategy.BucketDiff{
+				{Namespace: "late", Key: "k", Kind: strategy.KindAnchored, Window: time.Minute, At: t0.Add(at).UnixMilli(), Cost: 4, Rate: 1},
+			}})
+		}
+		late(1, 0)              // its window closed at t0+60s
+		late(2, 40*time.Second) // its window, [t0+40s, t0+100s), closed as the open one opened
+		if r := st.at(t0.Add(110*time.Second), 0); r.Buckets[0].Level != 1 || r.Buckets[0].At != t0.Add(100*time.Second).UnixMilli() {
+			t.Fatalf("after late diffs of closed windows: %+v, want the open window's 1 alone", r.Buckets[0])
+		}
+		late(3, 50*time.Second) // within a window of the open one's opening: counted there
+		if r := st.at(t0.Add(110*time.Second), 0); r.Buckets[0].Level != 5 {
+			t.Fatalf("after a late diff overlapping the open window: %+v, want 1 + 4", r.Buckets[0])
+		}
+	}},
 	{"a precision limit slides over its sub-windows", func(t *testing.T, s strategy.Strategy) {
 		ck := checker(t, s)
 		const p = time.Second

@@ -171,21 +171,7 @@ func BenchmarkSynchronous(b *testing.B) {
 }
 
 func benchSynchronous(b *testing.B, commit string) {
-	p, _ := newDB(b)
-	cfg, err := pgxpool.ParseConfig(p.URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = commit
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	s, err := postgres.New(context.Background(), pool, postgres.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := benchStore(b, commit)
 	ctx := context.Background()
 	size := time.Minute
 	start := strategy.WindowStart(strategytest.Base, size)
@@ -251,4 +237,101 @@ func benchSynchronous(b *testing.B, commit string) {
 			}
 		}
 	})
+}
+
+// BenchmarkCheckBatches measures synchronous decisions of a sliding log as
+// the syncer sends them: CheckAndCount calls of 32 checks (about what a
+// coalesced call carries), one call in flight on one lane, on one hot key
+// or over 1,000 keys, each check one limit never reached, of a 1 s window,
+// at the wall clock's time (the checks of a call share it), so that a log
+// holds a second of entries and hits trim it. The baseline, the same calls
+// with a plain sliding window of 1 s, runs interleaved with them in one
+// loop, alternately first, so that both meet the same commit latency.
+// Reported: log-decisions/s, window-decisions/s and their ratio x-window,
+// with synchronous_commit on and off.
+func BenchmarkCheckBatches(b *testing.B) {
+	for _, commit := range []string{"on", "off"} {
+		b.Run("synchronous_commit="+commit, func(b *testing.B) {
+			s := benchStore(b, commit)
+			for _, keys := range []int{1, 1000} {
+				b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) { benchCheckBatches(b, s, keys) })
+			}
+		})
+	}
+}
+
+// benchStore returns a store on a fresh database whose connections run
+// with synchronous_commit set to commit.
+func benchStore(b *testing.B, commit string) *postgres.Store {
+	p, _ := newDB(b)
+	cfg, err := pgxpool.ParseConfig(p.URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = commit
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	s, err := postgres.New(context.Background(), pool, postgres.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+func benchCheckBatches(b *testing.B, s *postgres.Store, nkeys int) {
+	const batch = 32
+	ctx := context.Background()
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("key-%04d", i)
+	}
+	kinds := []struct {
+		name  string
+		limit strategy.CheckLimit
+	}{
+		{"log", strategy.CheckLimit{Kind: strategy.KindLog, WindowSize: time.Second, Limit: 1e12}},
+		{"window", strategy.CheckLimit{WindowSize: time.Second, Limit: 1e12}},
+	}
+	node := fmt.Sprintf("bench-%d-%d", nkeys, time.Now().UnixNano()) // a lane per case: no call is a replay
+	var (
+		seq, next uint64
+		took      [2]time.Duration
+	)
+	call := func(k int) {
+		checks := make([]strategy.Check, batch)
+		now := time.Now()
+		for i := range checks {
+			checks[i] = strategy.Check{Namespace: "bench-" + kinds[k].name, Key: keys[int(next)%nkeys], Cost: 1, Now: now,
+				Limits: []strategy.CheckLimit{kinds[k].limit}}
+			next++
+		}
+		seq++
+		t0 := time.Now()
+		res, err := s.CheckAndCount(ctx, node, seq, checks)
+		took[k] += time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range res {
+			if !r.Allowed {
+				b.Fatalf("%s: a check far from its limit was denied: %+v", kinds[k].name, r)
+			}
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		first := i % 2
+		call(first)
+		call(1 - first)
+		i++
+	}
+	decisions := float64(b.N * batch)
+	log, window := decisions/took[0].Seconds(), decisions/took[1].Seconds()
+	b.ReportMetric(log, "log-decisions/s")
+	b.ReportMetric(window, "window-decisions/s")
+	b.ReportMetric(log/window, "x-window")
 }

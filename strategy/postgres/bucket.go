@@ -75,26 +75,30 @@ func checkBucketDiff(d strategy.BucketDiff) error {
 }
 
 // bucketDiffArgs are a batch's bucket diffs as the arguments of the
-// function of migration 004 that applies them: in rounds (round r holds
-// the r-th diff of each bucket that has one, in batch order), each round
-// sorted by bucket, ends[r] its last index (1-based).
+// function of migration 005 that applies them: the buckets', then the
+// anchored windows', then the logs' (the order every writer locks those
+// tables in); within each group in rounds (round r holds the r-th diff of
+// each bucket that has one, in batch order), each round sorted by bucket,
+// ends[r] its last index (1-based).
 type bucketDiffArgs struct {
 	bucketColumns
 	at   []int64
 	cw   []float64 // cost * window, as strategy.BucketAdd computes it
 	rate []float64
 	ends []int32
+	cost []float64
 }
 
 func newBucketDiffArgs(diffs []strategy.BucketDiff) bucketDiffArgs {
 	type item struct {
 		k     bucketKey
+		g     group
 		round int
 		d     strategy.BucketDiff
 	}
 	items := make([]item, len(diffs))
 	for i, d := range diffs {
-		items[i] = item{k: bucketKey{d.Namespace, d.Key, d.Kind, d.Window.Milliseconds()}, d: d}
+		items[i] = item{k: bucketKey{d.Namespace, d.Key, d.Kind, d.Window.Milliseconds()}, g: groupOf(d.Kind), d: d}
 	}
 	slices.SortStableFunc(items, func(a, b item) int { return a.k.compare(b.k) })
 	for i := 1; i < len(items); i++ {
@@ -102,15 +106,19 @@ func newBucketDiffArgs(diffs []strategy.BucketDiff) bucketDiffArgs {
 			items[i].round = items[i-1].round + 1
 		}
 	}
-	slices.SortStableFunc(items, func(a, b item) int { return cmp.Compare(a.round, b.round) })
+	slices.SortStableFunc(items, func(a, b item) int {
+		return cmp.Or(cmp.Compare(a.g, b.g), cmp.Compare(a.round, b.round))
+	})
 	a := bucketDiffArgs{bucketColumns: newBucketColumns(len(items)),
-		at: make([]int64, 0, len(items)), cw: make([]float64, 0, len(items)), rate: make([]float64, 0, len(items))}
+		at: make([]int64, 0, len(items)), cw: make([]float64, 0, len(items)), rate: make([]float64, 0, len(items)),
+		cost: make([]float64, 0, len(items))}
 	for i, x := range items {
 		a.add(x.k)
 		a.at = append(a.at, x.d.At)
 		a.cw = append(a.cw, float64(x.d.Cost*float64(x.k.window)))
 		a.rate = append(a.rate, x.d.Rate)
-		if i == len(items)-1 || items[i+1].round != x.round {
+		a.cost = append(a.cost, x.d.Cost)
+		if i == len(items)-1 || items[i+1].round != x.round || items[i+1].g != x.g {
 			a.ends = append(a.ends, int32(i+1))
 		}
 	}

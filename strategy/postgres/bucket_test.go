@@ -39,7 +39,7 @@ func TestBucketsAgreeWithTheMemoryStore(t *testing.T) {
 	ref := newMemory()
 	ctx := context.Background()
 	keys := []string{"a", "b", "nul\x00", "\xff", ""}
-	kinds := []uint8{1, 2}
+	kinds := []uint8{1, 4}
 	windows := []time.Duration{time.Second, time.Minute}
 	rates := []float64{1, 3, 0.7, 25}
 	base := strategytest.Base.Add(7*time.Hour + 250*time.Millisecond)
@@ -128,7 +128,7 @@ func TestSeveralDiffsOfOneBucketInOneBatch(t *testing.T) {
 		a(t0, 2), // 2000 at t0
 		bucketDiff("ns", "b", 1, time.Second, t0, 1, 1), // another bucket between
 		a(t0+500, 1), // 2000 - 500 + 1000 = 2500 at t0+500
-		bucketDiff("ns", "a", 2, time.Second, t0, 7, 1), // same key, another kind
+		bucketDiff("ns", "a", 4, time.Second, t0, 7, 1), // same key, another kind
 		a(t0+100, 1), // dated before: 3500 at t0+500
 		bucketDiff("ns", "a", 1, time.Minute, t0, 1, 1), // same key and kind, another window
 		a(t0+2000, 1), // 3500 - 1500 + 1000 = 3000 at t0+2000
@@ -141,7 +141,7 @@ func TestSeveralDiffsOfOneBucketInOneBatch(t *testing.T) {
 		_, _ = ref.PushAndCount(ctx, b)
 	}
 	refs := []strategy.BucketRef{{Key: "a", Kind: 1, Window: time.Second}, {Key: "b", Kind: 1, Window: time.Second},
-		{Key: "a", Kind: 2, Window: time.Second}, {Key: "a", Kind: 1, Window: time.Minute}, {Key: "a\x00", Kind: 1, Window: time.Second}}
+		{Key: "a", Kind: 4, Window: time.Second}, {Key: "a", Kind: 1, Window: time.Minute}, {Key: "a\x00", Kind: 1, Window: time.Second}}
 	got, err := s.GetBuckets(ctx, "ns", refs)
 	if err != nil {
 		t.Fatal(err)
@@ -319,11 +319,11 @@ func wantErr(t *testing.T, err error, want ...string) {
 	}
 }
 
-// Concurrent pushes of bucket and window diffs on overlapping keys in
-// different orders, and checks with bucket and window limits on the same
-// keys, from many lanes: no deadlock (every writer locks the lane, then
-// buckets, then counters, each in one order), every diff and every passing
-// check added once.
+// Concurrent pushes of bucket, anchored, log and window diffs on
+// overlapping keys in different orders, and checks with all four kinds of
+// limits on the same keys, from many lanes: no deadlock (every writer
+// locks the lane, then buckets, anchored windows, logs, then counters,
+// each in one order), every diff and every passing check added once.
 func TestConcurrentBucketPushesAndChecksNeverDeadlock(t *testing.T) {
 	s, _ := newStore(t, postgres.Config{})
 	ctx := context.Background()
@@ -343,7 +343,8 @@ func TestConcurrentBucketPushesAndChecksNeverDeadlock(t *testing.T) {
 				if l%2 == 0 {
 					b := strategy.Batch{Node: node, Seq: seq}
 					for _, k := range rng.Perm(nkeys) {
-						b.Buckets = append(b.Buckets, bucketDiff("ns", key(k), 1, time.Hour, at, 1, 1), bucketDiff("ns", key(k), 2, time.Hour, at, 1, 1))
+						b.Buckets = append(b.Buckets, bucketDiff("ns", key(k), 1, time.Hour, at, 1, 1), bucketDiff("ns", key(k), 4, time.Hour, at, 1, 1),
+							bucketDiff("ns", key(k), strategy.KindLog, time.Hour, at, 1, 1), bucketDiff("ns", key(k), strategy.KindAnchored, time.Hour, at, 1, 1))
 						b.Diffs = append(b.Diffs, diff("ns", key(k), start, size, 1))
 					}
 					if err := s.PushDiffs(ctx, b); err != nil {
@@ -354,7 +355,8 @@ func TestConcurrentBucketPushesAndChecksNeverDeadlock(t *testing.T) {
 				var checks []strategy.Check
 				for _, k := range rng.Perm(nkeys)[:4] {
 					checks = append(checks, strategy.Check{Namespace: "ns", Key: key(k), Cost: 1, Now: now, Limits: []strategy.CheckLimit{
-						{Kind: 2, WindowSize: time.Hour, Limit: 1, Burst: 1e9}, {WindowSize: size, Limit: 1e9}, {Kind: 1, WindowSize: time.Hour, Limit: 1, Burst: 1e9},
+						{Kind: 4, WindowSize: time.Hour, Limit: 1, Burst: 1e9}, {Kind: strategy.KindLog, WindowSize: time.Hour, Limit: 1e9}, {WindowSize: size, Limit: 1e9},
+						{Kind: strategy.KindAnchored, WindowSize: time.Hour, Limit: 1e9}, {Kind: 1, WindowSize: time.Hour, Limit: 1, Burst: 1e9},
 					}})
 				}
 				res, err := s.CheckAndCount(ctx, node, seq, checks)
@@ -376,10 +378,18 @@ func TestConcurrentBucketPushesAndChecksNeverDeadlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	var refs []strategy.BucketRef
-	var count float64
+	var count, anchored, logged float64
 	for k := range nkeys {
-		refs = append(refs, strategy.BucketRef{Key: key(k), Kind: 1, Window: time.Hour}, strategy.BucketRef{Key: key(k), Kind: 2, Window: time.Hour})
+		refs = append(refs, strategy.BucketRef{Key: key(k), Kind: 1, Window: time.Hour}, strategy.BucketRef{Key: key(k), Kind: 4, Window: time.Hour})
 		count += mustWindow(t, s, "ns", key(k), start, size)
+		res, err := s.CheckAndCount(ctx, "reader", uint64(k+1), []strategy.Check{{Namespace: "ns", Key: key(k), Now: now, Limits: []strategy.CheckLimit{
+			{Kind: strategy.KindAnchored, WindowSize: time.Hour, Limit: 1e9}, {Kind: strategy.KindLog, WindowSize: time.Hour, Limit: 1e9},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		anchored += res[0].Buckets[0].Level
+		logged += res[0].Buckets[1].Level
 	}
 	got, err := s.GetBuckets(ctx, "ns", refs)
 	if err != nil {
@@ -390,7 +400,7 @@ func TestConcurrentBucketPushesAndChecksNeverDeadlock(t *testing.T) {
 		level += b.Level
 	}
 	adds := float64(lanes/2*rounds*nkeys + lanes/2*rounds*4) // per kind: one per diff and per passing check
-	if want := 2 * adds * 3_600_000; level != want || count != adds {
-		t.Fatalf("buckets hold %v, windows %v; want %v and %v", level, count, want, adds)
+	if want := 2 * adds * 3_600_000; level != want || count != adds || anchored != adds || logged != adds {
+		t.Fatalf("buckets hold %v, windows %v, anchored windows %v, logs %v; want %v, %v, %v and %v", level, count, anchored, logged, want, adds, adds, adds)
 	}
 }

@@ -21,17 +21,21 @@ const (
 )
 
 // Names derived from Config.Table: the schema version table, the function
-// CheckAndCount calls, the buckets table and the function that applies
-// bucket diffs. Table is at most maxTable bytes so that they stay within
-// PostgreSQL's 63-byte identifiers (no suffix is longer than
+// CheckAndCount calls, the buckets table, the function that applies
+// bucket diffs, the anchored windows table, and the sliding logs' headers
+// and entries tables. Table is at most maxTable bytes so that they stay
+// within PostgreSQL's 63-byte identifiers (no suffix is longer than
 // versionSuffix).
 const (
-	versionSuffix   = "_migrations"
-	checkSuffix     = "_check"
-	bucketsSuffix   = "_buckets"
-	bucketAddSuffix = "_bucket_add"
-	maxIdent        = 63
-	maxTable        = maxIdent - len(versionSuffix)
+	versionSuffix    = "_migrations"
+	checkSuffix      = "_check"
+	bucketsSuffix    = "_buckets"
+	bucketAddSuffix  = "_bucket_add"
+	anchoredSuffix   = "_anchored"
+	logsSuffix       = "_logs"
+	logEntriesSuffix = "_logentries"
+	maxIdent         = 63
+	maxTable         = maxIdent - len(versionSuffix)
 )
 
 // Config configures a Store. Its zero value is valid: every field has a
@@ -45,8 +49,10 @@ type Config struct {
 	// Table is the counters table. Default "ratesync_counters". The schema
 	// version table is Table+"_migrations", CheckAndCount's function
 	// Table+"_check", the buckets table Table+"_buckets" and its function
-	// Table+"_bucket_add", so Table is at most 52 bytes. Two Stores with
-	// different Tables are two independent stores in one schema.
+	// Table+"_bucket_add", the anchored windows table Table+"_anchored",
+	// the sliding logs' tables Table+"_logs" and Table+"_logentries", so
+	// Table is at most 52 bytes. Two Stores with different Tables are two
+	// independent stores in one schema.
 	Table string
 
 	// LaneTable records the last batch applied per push lane (Batch.Node).
@@ -126,7 +132,8 @@ func (c Config) validate() error {
 	ident("Schema", "schema", c.Schema, maxIdent)
 	tableOK := ident("Table", "table", c.Table, maxTable)
 	if ident("LaneTable", "lane_table", c.LaneTable, maxIdent) && tableOK {
-		derived := []string{c.Table + versionSuffix, c.Table + checkSuffix, c.Table + bucketsSuffix, c.Table + bucketAddSuffix}
+		derived := []string{c.Table + versionSuffix, c.Table + checkSuffix, c.Table + bucketsSuffix, c.Table + bucketAddSuffix,
+			c.Table + anchoredSuffix, c.Table + logsSuffix, c.Table + logEntriesSuffix}
 		if c.LaneTable == c.Table || slices.Contains(derived, c.LaneTable) {
 			bad("LaneTable", "lane_table", c.LaneTable, fmt.Sprintf("must differ from the table name %q and the names derived from it (%q)", c.Table, strings.Join(derived, `", "`)))
 		}
@@ -148,17 +155,21 @@ func (c Config) validate() error {
 type names struct {
 	counters, lanes, versions, check string
 	buckets, bucketAdd               string
+	anchored, logs, logEntries       string
 }
 
 func (c Config) names() names {
 	q := func(name string) string { return pgx.Identifier{c.Schema, name}.Sanitize() }
 	return names{
-		counters:  q(c.Table),
-		lanes:     q(c.LaneTable),
-		versions:  q(c.Table + versionSuffix),
-		check:     q(c.Table + checkSuffix),
-		buckets:   q(c.Table + bucketsSuffix),
-		bucketAdd: q(c.Table + bucketAddSuffix),
+		counters:   q(c.Table),
+		lanes:      q(c.LaneTable),
+		versions:   q(c.Table + versionSuffix),
+		check:      q(c.Table + checkSuffix),
+		buckets:    q(c.Table + bucketsSuffix),
+		bucketAdd:  q(c.Table + bucketAddSuffix),
+		anchored:   q(c.Table + anchoredSuffix),
+		logs:       q(c.Table + logsSuffix),
+		logEntries: q(c.Table + logEntriesSuffix),
 	}
 }
 

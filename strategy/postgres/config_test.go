@@ -19,6 +19,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"table", postgres.Config{Table: "x-y"}, "Table", "table", "x-y"},
 		{"lane table", postgres.Config{Table: "t", LaneTable: "t_check"}, "LaneTable", "lane_table", "t_check"},
 		{"lane table as the buckets table", postgres.Config{Table: "t", LaneTable: "t_buckets"}, "LaneTable", "lane_table", "t_buckets"},
+		{"lane table as the logs' entries table", postgres.Config{Table: "t", LaneTable: "t_logentries"}, "LaneTable", "lane_table", "t_logentries"},
+		{"lane table as the anchored windows table", postgres.Config{Table: "t", LaneTable: "t_anchored"}, "LaneTable", "lane_table", "t_anchored"},
 		{"purge batch", postgres.Config{PurgeBatch: -1}, "PurgeBatch", "purge_batch", "-1"},
 		{"lane ttl", postgres.Config{LaneTTL: time.Microsecond}, "LaneTTL", "lane_ttl", "1µs"},
 	}

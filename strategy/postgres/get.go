@@ -54,8 +54,9 @@ WHERE namespace = $1 AND window_size = $2 AND window_start = $3 AND key = $4`
 }
 
 // GetCounters yields the counters of q.Namespace in the current and the
-// previous window of each size of q.WindowSizes as of q.Now (restricted to
-// q.Keys when not nil) from one query, streamed: rows are decoded and
+// previous window of each size of q.WindowSizes as of q.Now, and the ones
+// before them down to q.Depth of the size (restricted to q.Keys when not
+// nil), from one query, streamed: rows are decoded and
 // yielded as they arrive, and the query's connection is held until the
 // loop ends. Stopping the loop early discards the remaining rows.
 func (s *Store) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[strategy.Counter, error] {
@@ -75,11 +76,20 @@ func (s *Store) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[str
 				return
 			}
 			if slices.Contains(q.WindowSizes[:i], size) {
-				continue // each window once
+				continue // each window once, as deep as the deepest entry of its size
 			}
+			depth := q.Depth(i)
+			for j := i + 1; j < len(q.WindowSizes); j++ {
+				if q.WindowSizes[j] == size {
+					depth = max(depth, q.Depth(j))
+				}
+			}
+			ms := size.Milliseconds()
 			cur := strategy.WindowStart(q.Now, size).UnixMilli()
-			sizes = append(sizes, size.Milliseconds(), size.Milliseconds())
-			starts = append(starts, cur, cur-size.Milliseconds())
+			for back := range int64(depth) {
+				sizes = append(sizes, ms)
+				starts = append(starts, cur-back*ms)
+			}
 		}
 		if len(sizes) == 0 || (q.Keys != nil && len(q.Keys) == 0) {
 			return

@@ -65,6 +65,9 @@ func (n names) render(sql string) string {
 		"{{check}}", n.check,
 		"{{buckets}}", n.buckets,
 		"{{bucket_add}}", n.bucketAdd,
+		"{{anchored}}", n.anchored,
+		"{{logs}}", n.logs,
+		"{{log_entries}}", n.logEntries,
 	).Replace(sql)
 }
 

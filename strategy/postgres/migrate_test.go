@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -29,7 +30,8 @@ func migrateTo(t *testing.T, pool *pgxpool.Pool, version int) {
 	slices.Sort(files)
 	render := strings.NewReplacer("{{counters}}", "public.ratesync_counters", "{{lanes}}", "public.ratesync_lanes",
 		"{{check}}", "public.ratesync_counters_check", "{{buckets}}", "public.ratesync_counters_buckets",
-		"{{bucket_add}}", "public.ratesync_counters_bucket_add")
+		"{{bucket_add}}", "public.ratesync_counters_bucket_add", "{{anchored}}", "public.ratesync_counters_anchored",
+		"{{logs}}", "public.ratesync_counters_logs", "{{log_entries}}", "public.ratesync_counters_logentries")
 	if _, err := pool.Exec(ctx, `CREATE TABLE public.ratesync_counters_migrations (
 		version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		t.Fatal(err)
@@ -92,6 +94,27 @@ func schemaVersion(t *testing.T, pool *pgxpool.Pool) int {
 	return v
 }
 
+// upgrade migrates a store at version from: New as app, a role that may
+// not create anything, fails naming the next migration and leaves the
+// schema as it was; New as owner brings it to the latest version.
+func upgrade(t *testing.T, app, owner *pgxpool.Pool, from int) {
+	t.Helper()
+	ctx := context.Background()
+	next := fmt.Sprintf("%03d_", from+1)
+	if _, err := postgres.New(ctx, app, postgres.Config{}); err == nil || !strings.Contains(err.Error(), "apply migration "+next) {
+		t.Fatalf("New as a role without CREATE on a store at version %d: err = %v, want one naming migration %s", from, err, next)
+	}
+	if v := schemaVersion(t, owner); v != from {
+		t.Fatalf("schema version %d after a failed migration, want %d", v, from)
+	}
+	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
+		t.Fatalf("New on a store at version %d: %v", from, err)
+	}
+	if v := schemaVersion(t, owner); v != migrationCount(t) {
+		t.Fatalf("schema version %d after New, want %d", v, migrationCount(t))
+	}
+}
+
 // A store migrated before migration 003 (the per-row function of 002) gets
 // the set-based function when a node of this version starts, and keeps its
 // counts.
@@ -140,18 +163,7 @@ func TestUpgradeFrom003AddsBuckets(t *testing.T) {
 		t.Fatalf("check at version 3: allowed %v, count %v; want allowed, 1", ok, n)
 	}
 	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes")
-	if _, err := postgres.New(ctx, app, postgres.Config{}); err == nil || !strings.Contains(err.Error(), "004_buckets.sql") {
-		t.Fatalf("New as a role without CREATE on a store at version 3: err = %v, want one naming migration 004", err)
-	}
-	if v := schemaVersion(t, owner); v != 3 {
-		t.Fatalf("schema version %d after a failed migration, want 3", v)
-	}
-	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
-		t.Fatalf("New on a store at version 3: %v", err)
-	}
-	if v := schemaVersion(t, owner); v != migrationCount(t) {
-		t.Fatalf("schema version %d after New, want %d", v, migrationCount(t))
-	}
+	upgrade(t, app, owner, 3)
 	if ok, n := oldCheck(t, app, 2, "k", now); !ok || n != 2 {
 		t.Fatalf("check of a node of the previous release after the upgrade: allowed %v, count %v; want allowed, 2", ok, n)
 	}
@@ -161,6 +173,109 @@ func TestUpgradeFrom003AddsBuckets(t *testing.T) {
 	}
 	if got := mustWindow(t, s, "old", "k", strategy.WindowStart(now, time.Minute), time.Minute); got != 2 {
 		t.Fatalf("count of the previous release's key: %v, want 2", got)
+	}
+	useEverything(t, s, 10)
+}
+
+// checkOf004 runs one check (cost 1) of key in namespace "old" as a node of
+// the release of migration 004 does: with the 23 arguments of its function,
+// a sliding window of 10 per minute and a bucket of kind 1 (10 per minute,
+// burst 10). It returns whether the check passed, the count of the window
+// and the bucket's level after it.
+func checkOf004(t *testing.T, pool *pgxpool.Pool, seq uint64, key string, now time.Time) (bool, float64, float64) {
+	t.Helper()
+	size := time.Minute
+	cur := strategy.WindowStart(now, size).UnixMilli()
+	var (
+		applied   bool
+		allowed   []bool
+		curs, prv []float64
+		at        []int64
+		level     []float64
+	)
+	err := pool.QueryRow(context.Background(),
+		`SELECT applied, allowed, cur, prev, bucket_at, bucket_level FROM public.ratesync_counters_check(
+			$1, $2::numeric, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`,
+		"node-004", seq,
+		[]string{"old", "old"}, []int64{60000, 60000}, []int64{cur - 60000, cur}, [][]byte{[]byte(key), []byte(key)}, []bool{false, true},
+		[]string{"old"}, [][]byte{[]byte(key)}, []int16{1}, []int64{60000},
+		[]float64{1}, []int32{2}, []int64{now.UnixMilli()},
+		[]int32{2, 0}, []int32{1, 0}, []int32{0, 1}, []int64{60000, 60000}, []int64{now.UnixMilli() - cur, 0}, []bool{false, false},
+		[]float64{10, 10}, []float64{600000, 600000}, []float64{0, 60000},
+	).Scan(&applied, &allowed, &curs, &prv, &at, &level)
+	if err != nil {
+		t.Fatalf("check with the function of release 004: %v", err)
+	}
+	return applied && allowed[0], curs[0], level[1]
+}
+
+// pushOf004 applies one bucket diff (kind 1, a minute, cost 1 at at, rate
+// 10) to key in namespace "old" with the 8-argument function of release
+// 004, as its push statement does.
+func pushOf004(t *testing.T, pool *pgxpool.Pool, key string, at int64) {
+	t.Helper()
+	var n int
+	err := pool.QueryRow(context.Background(), `SELECT public.ratesync_counters_bucket_add($1::text[], $2::bytea[], $3::smallint[],
+		$4::bigint[], $5::bigint[], $6::float8[], $7::float8[], $8::integer[])`,
+		[]string{"old"}, [][]byte{[]byte(key)}, []int16{1}, []int64{60000}, []int64{at}, []float64{60000}, []float64{10}, []int32{1}).Scan(&n)
+	if err != nil || n != 1 {
+		t.Fatalf("push with the function of release 004: %d diffs, %v", n, err)
+	}
+}
+
+// overloads returns the numbers of arguments of the functions of the
+// default Config named name, in order.
+func overloads(t *testing.T, pool *pgxpool.Pool, name string) string {
+	t.Helper()
+	var got []int16
+	if err := pool.QueryRow(context.Background(), `SELECT coalesce(array_agg(p.pronargs ORDER BY p.pronargs), '{}') FROM pg_proc p
+		WHERE p.pronamespace = 'public'::regnamespace AND p.proname = $1`, name).Scan(&got); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint(got)
+}
+
+// A store of the previous release (version 4), used by a role that may
+// not create anything: that role cannot migrate it (New fails and changes
+// nothing); once its owner has, the counters and buckets are kept, nodes
+// of the previous release still running keep checking and pushing with
+// the functions they know (beside the new ones), and the role uses the
+// anchored windows' and logs' tables with the rights it had on the
+// counters table.
+func TestUpgradeFrom004AddsAnchoredWindowsAndLogs(t *testing.T) {
+	p, owner := newDB(t)
+	ctx := context.Background()
+	migrateTo(t, owner, 4)
+	now := strategytest.Base.Add(30 * time.Second)
+	if ok, n, lvl := checkOf004(t, owner, 1, "k", now); !ok || n != 1 || lvl != 60000 {
+		t.Fatalf("check at version 4: allowed %v, count %v, level %v; want allowed, 1, 60000", ok, n, lvl)
+	}
+	pushOf004(t, owner, "k", now.UnixMilli())
+	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes", "public.ratesync_counters_buckets")
+	upgrade(t, app, owner, 4)
+	if got := overloads(t, owner, "ratesync_counters_check"); got != "[13 23 31]" {
+		t.Fatalf("check functions with %s arguments, want [13 23 31] (those of releases 003 and 004 kept)", got)
+	}
+	if got := overloads(t, owner, "ratesync_counters_bucket_add"); got != "[8 9]" {
+		t.Fatalf("bucket functions with %s arguments, want [8 9] (release 004's kept)", got)
+	}
+	// A node of the previous release: two more hits in the window and the bucket.
+	if ok, n, lvl := checkOf004(t, app, 2, "k", now); !ok || n != 2 || lvl != 180000 {
+		t.Fatalf("check of a node of release 004 after the upgrade: allowed %v, count %v, level %v; want allowed, 2, 180000", ok, n, lvl)
+	}
+	pushOf004(t, app, "k", now.UnixMilli())
+	s, err := postgres.New(ctx, app, postgres.Config{})
+	if err != nil {
+		t.Fatalf("New as the role after the upgrade: %v", err)
+	}
+	res, err := s.CheckAndCount(ctx, "n", 1, []strategy.Check{{Namespace: "old", Key: "k", Cost: 1, Now: now, Limits: []strategy.CheckLimit{
+		{WindowSize: time.Minute, Limit: 10}, {Kind: 1, WindowSize: time.Minute, Limit: 10, Burst: 10},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := res[0]; !r.Allowed || r.Totals[0].Current != 3 || r.Buckets[1].Level != 300000 || r.Buckets[1].At != now.UnixMilli() {
+		t.Fatalf("check of this release on the previous release's key: %+v, want allowed, count 3, level 300000", r)
 	}
 	useEverything(t, s, 10)
 }

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -54,6 +57,69 @@ FROM (SELECT count(*) AS deleted FROM gone) d
 LEFT JOIN (SELECT key, kind, window_ms FROM gone ORDER BY key DESC, kind DESC, window_ms DESC LIMIT 1) l ON true`
 }
 
+// purgeAnchoredSQL deletes at most $5 anchored windows of namespace $1
+// that are closed as of $2 (strategy.AnchoredCount is 0: no count, or
+// $2 >= at + window), among those after ($3, $4) in primary-key order,
+// and returns how many it deleted and the last of them, as
+// purgeBucketsSQL does.
+func purgeAnchoredSQL(n names) string {
+	return `WITH gone AS (
+	DELETE FROM ` + n.anchored + ` WHERE ctid = ANY (ARRAY(
+		SELECT ctid FROM ` + n.anchored + `
+		WHERE namespace = $1 AND (key, window_ms) > ($3::bytea, $4::bigint)
+		  AND NOT (level > 0 AND $2::bigint < at_ms + window_ms)
+		ORDER BY key, window_ms
+		LIMIT $5 FOR UPDATE SKIP LOCKED))
+	RETURNING key, window_ms
+)
+SELECT d.deleted, l.key, l.window_ms
+FROM (SELECT count(*) AS deleted FROM gone) d
+LEFT JOIN (SELECT key, window_ms FROM gone ORDER BY key DESC, window_ms DESC LIMIT 1) l ON true`
+}
+
+// purgeLogsSQL locks at most $4 logs' headers of namespace $1 after
+// ($2, $3) in primary-key order, skipping those a writer holds, and
+// returns them in that order.
+func purgeLogsSQL(n names) string {
+	return `SELECT key, window_ms, id, sum, entries, ctid FROM ` + n.logs + `
+WHERE namespace = $1 AND (key, window_ms) > ($2::bytea, $3::bigint)
+ORDER BY key, window_ms
+LIMIT $4 FOR UPDATE SKIP LOCKED`
+}
+
+// trimLogsSQL deletes the entries of each log $1 at or before its instant
+// $2, one primary-key range each, and returns per log its deleted costs,
+// oldest first.
+func trimLogsSQL(n names) string {
+	return `WITH gone AS (
+	DELETE FROM ` + n.logEntries + ` le WHERE le.ctid = ANY (ARRAY(
+		SELECT y.ctid FROM unnest($1::bigint[], $2::bigint[]) AS u(id, cut)
+		CROSS JOIN LATERAL (
+			SELECT le.ctid FROM ` + n.logEntries + ` le
+			WHERE le.log_id = u.id AND le.at_ms <= u.cut
+			OFFSET 0
+		) y))
+	RETURNING le.log_id, le.at_ms, le.cost
+)
+SELECT log_id, array_agg(cost ORDER BY at_ms) FROM gone GROUP BY log_id`
+}
+
+// putLogsSQL writes the trimmed logs' headers back, by ctid ($1), with
+// their sums ($2) and entries ($3), and deletes those left empty.
+func putLogsSQL(n names) string {
+	return `WITH put AS (
+	UPDATE ` + n.logs + ` g SET sum = u.sum, entries = u.entries
+	FROM unnest($1::tid[], $2::float8[], $3::integer[]) AS u(t, sum, entries)
+	WHERE u.entries > 0 AND g.ctid = u.t
+	RETURNING 1
+), gone AS (
+	DELETE FROM ` + n.logs + ` g USING unnest($1::tid[], $3::integer[]) AS u(t, entries)
+	WHERE u.entries = 0 AND g.ctid = u.t
+	RETURNING 1
+)
+SELECT (SELECT count(*) FROM put), (SELECT count(*) FROM gone)`
+}
+
 // purgeKeep is how many windows before the current one Purge keeps: the
 // previous window, which every node reads, and one spare for nodes whose
 // clock lags by up to a window (their "previous" is our second-to-last)
@@ -65,10 +131,14 @@ const purgeKeep = 2
 // Purge deletes the namespace's windows of windowSizes that started more
 // than two windows before the current one as of now (keeping the current,
 // the previous and one spare window), its buckets that are empty as of now
-// (at the rate they last drained at), and lanes that applied nothing for
-// Config.LaneTTL by the server's clock. It deletes in batches of
-// Config.PurgeBatch rows, one short statement each, until a batch comes
-// back short; rows held by concurrent writers are left for the next call.
+// (at the rate they last drained at), its anchored windows that are closed
+// as of now, its logs' entries that no longer weigh at now (each log
+// trimmed as strategy.Log.Trim does, and deleted when that empties it),
+// and lanes that applied nothing for Config.LaneTTL by the server's clock.
+// It deletes in batches of Config.PurgeBatch rows (of logs: headers), one
+// short statement (of logs: one short transaction) each, until a batch
+// comes back short; rows held by concurrent writers are left for the next
+// call.
 func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.Duration, now time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -92,6 +162,12 @@ func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.
 	}
 	if err := s.purgeBuckets(ctx, namespace, now.UnixMilli()); err != nil {
 		return dbErr(ctx, fmt.Sprintf("purge the buckets of namespace %q", namespace), err)
+	}
+	if err := s.purgeAnchored(ctx, namespace, now.UnixMilli()); err != nil {
+		return dbErr(ctx, fmt.Sprintf("purge the anchored windows of namespace %q", namespace), err)
+	}
+	if err := s.purgeLogs(ctx, namespace, now.UnixMilli()); err != nil {
+		return dbErr(ctx, fmt.Sprintf("purge the logs of namespace %q", namespace), err)
 	}
 	if err := s.purgeBatches(ctx, s.q.purgeLanes, s.cfg.LaneTTL.Milliseconds()); err != nil {
 		return dbErr(ctx, "purge lanes", err)
@@ -135,4 +211,141 @@ func (s *Store) purgeBuckets(ctx context.Context, namespace string, now int64) e
 		}
 		key, kind, window = k, *kd, *w
 	}
+}
+
+// purgeAnchored runs purgeAnchoredSQL from the namespace's first anchored
+// window on, each batch after the last window the previous one deleted,
+// until a batch deletes less than a full one.
+func (s *Store) purgeAnchored(ctx context.Context, namespace string, now int64) error {
+	key, window := []byte{}, int64(0) // before every window (windows are > 0)
+	for {
+		var (
+			deleted int64
+			k       []byte
+			w       *int64
+		)
+		err := s.pool.QueryRow(ctx, s.q.purgeAnchored, namespace, now, key, window, s.cfg.PurgeBatch).Scan(&deleted, &k, &w)
+		if err != nil {
+			return err
+		}
+		if deleted < int64(s.cfg.PurgeBatch) || w == nil {
+			return nil
+		}
+		key, window = k, *w
+	}
+}
+
+// purgeLogs trims every log of the namespace at now, batch after batch of
+// Config.PurgeBatch headers in primary-key order, each in a transaction:
+// it locks the batch's headers (skipping those a writer holds), deletes
+// their entries that no longer weigh (at <= now - window), subtracts their
+// costs from each log's sum, oldest first, as strategy.Log.Trim does (0
+// once the log is empty), and writes the headers back, deleting those of
+// logs left empty.
+func (s *Store) purgeLogs(ctx context.Context, namespace string, now int64) error {
+	key, window := []byte{}, int64(0) // before every log (windows are > 0)
+	for {
+		n, err := s.purgeLogBatch(ctx, namespace, now, &key, &window)
+		if err != nil {
+			return err
+		}
+		if n < s.cfg.PurgeBatch {
+			return nil
+		}
+	}
+}
+
+// logHeader is a log's header as Purge reads and writes it.
+type logHeader struct {
+	id      int64
+	sum     float64
+	entries int32
+	ctid    pgtype.TID
+	trimmed bool
+}
+
+// purgeLogBatch trims the batch of logs after (*key, *window), moves them
+// to the last log of the batch, and returns how many headers it read.
+func (s *Store) purgeLogBatch(ctx context.Context, namespace string, now int64, key *[]byte, window *int64) (int, error) {
+	read := 0
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, s.q.purgeLogs, namespace, *key, *window, s.cfg.PurgeBatch)
+		if err != nil {
+			return err
+		}
+		var (
+			logs      []logHeader
+			byID      = make(map[int64]int)
+			ids, cuts []int64
+		)
+		for rows.Next() {
+			var (
+				h logHeader
+				w int64
+			)
+			if err := rows.Scan(key, &w, &h.id, &h.sum, &h.entries, &h.ctid); err != nil {
+				rows.Close()
+				return err
+			}
+			*window = w
+			byID[h.id] = len(logs)
+			logs = append(logs, h)
+			if h.entries > 0 {
+				ids, cuts = append(ids, h.id), append(cuts, now-w)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		read = len(logs)
+		if len(logs) == 0 {
+			return nil
+		}
+		rows, err = tx.Query(ctx, s.q.trimLogs, ids, cuts)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var (
+				id    int64
+				costs []float64
+			)
+			if err := rows.Scan(&id, &costs); err != nil {
+				rows.Close()
+				return err
+			}
+			i, ok := byID[id]
+			if !ok {
+				rows.Close()
+				return fmt.Errorf("trimmed entries of log %d, which is not in the batch", id)
+			}
+			h := &logs[i]
+			h.trimmed = true
+			for _, c := range costs { // strategy.Log.Trim
+				h.sum -= c
+			}
+			if h.entries -= int32(len(costs)); h.entries <= 0 {
+				h.entries, h.sum = 0, 0
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		var (
+			tids    []pgtype.TID
+			sums    []float64
+			entries []int32
+		)
+		for _, h := range logs {
+			if h.trimmed || h.entries == 0 {
+				tids, sums, entries = append(tids, h.ctid), append(sums, h.sum), append(entries, h.entries)
+			}
+		}
+		if len(tids) == 0 {
+			return nil
+		}
+		_, err = tx.Exec(ctx, s.q.putLogs, tids, sums, entries)
+		return err
+	})
+	return read, err
 }

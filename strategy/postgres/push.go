@@ -22,13 +22,14 @@ import (
 //     waits for it, then (READ COMMITTED re-checks the newest row version)
 //     finds seq not above the record and returns nothing;
 //   - with bucket diffs (bucketArg > 0: the number of the first of their
-//     parameters), bk calls the function of migration 004 that applies
-//     them, once per row of lane: only when the batch is new, and after the
-//     lane row is locked;
+//     parameters), bk calls the function of migration 005 that applies
+//     them (buckets', anchored windows' and logs'), once per row of lane:
+//     only when the batch is new, and after the lane row is locked;
 //   - up adds the batch's counters only WHERE EXISTS (SELECT 1 FROM lane),
 //     or FROM bk when there is one, a one-time filter evaluated before the
-//     first counter row, so the lane row, then the buckets, are always
-//     locked first (the order CheckAndCount locks them in too). Rows arrive
+//     first counter row, so the lane row, then the buckets, anchored
+//     windows and logs, are always locked first (the order CheckAndCount
+//     locks them in too). Rows arrive
 //     aggregated (ON CONFLICT cannot touch a row twice in one statement) and
 //     sorted by rowKey.compare, and the plan feeds the insert straight from
 //     the function scan, in array order, so concurrent pushes (and checks)
@@ -42,7 +43,7 @@ func pushWith(n names, returning string, bucketArg int) string {
 		p := func(i int, typ string) string { return fmt.Sprintf("$%d::%s", bucketArg+i, typ) }
 		bk = `, bk AS (
 	SELECT ` + n.bucketAdd + `(` + strings.Join([]string{p(0, "text[]"), p(1, "bytea[]"), p(2, "smallint[]"), p(3, "bigint[]"),
-			p(4, "bigint[]"), p(5, "float8[]"), p(6, "float8[]"), p(7, "integer[]")}, ", ") + `) FROM lane
+			p(4, "bigint[]"), p(5, "float8[]"), p(6, "float8[]"), p(7, "integer[]"), p(8, "float8[]")}, ", ") + `) FROM lane
 )`
 	}
 	return `WITH lane AS (
@@ -70,7 +71,7 @@ const (
 )
 
 // pushSQL returns whether the batch was applied (1) or not (0). With
-// buckets, the batch's bucket diffs are $8..$15.
+// buckets, the batch's bucket diffs are $8..$16.
 func pushSQL(n names, buckets bool) string {
 	return pushWith(n, "", bucketArg(buckets, pushParams)) + `SELECT count(*) FROM lane`
 }
@@ -79,7 +80,7 @@ func pushSQL(n names, buckets bool) string {
 // (first column true; none when the batch was not applied), then the count
 // of each previous window named in $8..$11 that the batch did not change
 // (first column false, as of the statement's start; absent rows omitted).
-// With buckets, the batch's bucket diffs are $12..$19.
+// With buckets, the batch's bucket diffs are $12..$20.
 func pushCountSQL(n names, buckets bool) string {
 	return pushWith(n, `
 	RETURNING c.namespace, c.window_size, c.window_start, c.key, c.count`, bucketArg(buckets, pushCountParams)) + `SELECT true, namespace, window_size, window_start, key, count FROM up
@@ -216,7 +217,7 @@ func withBuckets(b strategy.Batch, sql, withB string, args ...any) (string, []an
 		return sql, args
 	}
 	a := newBucketDiffArgs(b.Buckets)
-	return withB, append(args, a.ns, a.key, a.kind, a.window, a.at, a.cw, a.rate, a.ends)
+	return withB, append(args, a.ns, a.key, a.kind, a.window, a.at, a.cw, a.rate, a.ends, a.cost)
 }
 
 // batchWhat names b in errors.

@@ -2,8 +2,9 @@
 // store of counters for a cluster of nodes (Kong's "cluster" strategy). It
 // also implements strategy.PushCounter and strategy.Checker, so that
 // synchronous namespaces make one round trip per batch of hits or checks,
-// and strategy.BucketStore: it keeps buckets, applies bucket diffs with a
-// push and decides bucket limits in CheckAndCount.
+// and strategy.BucketStore: it keeps buckets, anchored windows and sliding
+// logs, applies their diffs with a push and decides their limits (and
+// window limits with a precision) in CheckAndCount.
 //
 // It owns its schema and the SQL that reads and writes it: New creates or
 // migrates the schema (versioned migrations embedded in the binary, applied
@@ -22,9 +23,19 @@
 //	                  window_ms bigint, at_ms bigint, level double precision,
 //	                  rate double precision,
 //	                  PRIMARY KEY (namespace, key, kind, window_ms))
+//	ratesync_counters_anchored(namespace text, key bytea, window_ms bigint,
+//	                  at_ms bigint, level double precision,
+//	                  PRIMARY KEY (namespace, key, window_ms))
+//	ratesync_counters_logs(namespace text, key bytea, window_ms bigint,
+//	                  id bigint (identity), newest_ms bigint,
+//	                  sum double precision, entries integer,
+//	                  PRIMARY KEY (namespace, key, window_ms))
+//	ratesync_counters_logentries(log_id bigint, at_ms bigint,
+//	                  cost double precision, PRIMARY KEY (log_id, at_ms))
 //	ratesync_counters_migrations(version, name, applied_at)
 //	ratesync_counters_check(...): the function behind CheckAndCount
-//	ratesync_counters_bucket_add(...): the function that applies bucket diffs
+//	ratesync_counters_bucket_add(...): the function that applies bucket,
+//	                  anchored and log diffs
 //
 // Window starts and sizes are bigint milliseconds (no 2038 overflow, unlike
 // Kong's int columns) and counts double precision (fractional hits and
@@ -39,27 +50,55 @@
 // diffs and bucket limits are computed with strategy's arithmetic, in
 // double precision, in the order strategy/bucket.go and
 // strategy.WindowFits write it, so that the store decides as a node does,
-// bit for bit (migrations/004_buckets.sql).
+// bit for bit (migrations/004_buckets.sql). Anchored windows and logs are
+// kept the same way (migrations/005_keyed.sql), with strategy/keyed.go's
+// arithmetic:
+//
+//   - an anchored window is one row, its opening instant and count; a key
+//     whose window closed keeps its row, a closed window, until Purge;
+//   - a sliding log is a header row, which holds the log's running sum
+//     (strategy.Log's Sum: added to by each hit, subtracted from entry by
+//     entry, oldest first, as entries stop weighing, and exactly 0 once the
+//     log is empty), its number of entries and its newest instant, plus
+//     one row per entry: the cost admitted at one millisecond, hits of the
+//     same millisecond merged. A hit trims the log (deletes the entries
+//     that stopped weighing, a range of the entries' primary key, and
+//     subtracts their costs), then adds or changes one entry row and the
+//     header; no statement rewrites a whole log, and only a denied check
+//     that the log refuses reads its entries, oldest first, as far as
+//     strategy.RetryAt needs. Writers of a log's entries hold its
+//     header's row lock. A log holds at most one entry per millisecond of
+//     its window, and checks keep the costs of its entries that weigh at
+//     most Limit: with costs of 1 or more, at most Limit entries (pushes
+//     may add more, as a bucket goes into debt). Entries that stopped
+//     weighing stay until a hit on the log or Purge deletes them;
+//   - a window limit with a precision reads the Depth windows of its
+//     Precision, rows of the counters table like any other (the current
+//     one created when absent), and counts in the current one only.
 //
 // Every value is a bind parameter; SQL text holds only the validated,
 // quoted names of Config. A push is one statement (one round trip, one
-// transaction) that records the lane's seq, applies the batch's bucket
-// diffs and upserts the batch's counters from arrays, at most once per
-// (Node, Seq). Writers lock the lane's row, then bucket rows, then counter
-// rows, each in one order, so concurrent pushes and checks never deadlock.
+// transaction) that records the lane's seq, applies the batch's bucket,
+// anchored and log diffs and upserts the batch's counters from arrays, at
+// most once per (Node, Seq). Writers lock the lane's row, then bucket
+// rows, anchored windows, logs' headers, then counter rows, each table in
+// one order, so concurrent pushes and checks never deadlock.
 //
 // Purge deletes, in batches of Config.PurgeBatch rows, the windows that
 // started before the window preceding the previous one (it keeps current,
 // previous and one spare window for nodes whose clock lags), the buckets
-// that are empty, and lanes unused for Config.LaneTTL.
+// that are empty, the anchored windows that are closed, the entries of
+// logs that stopped weighing (and the logs left empty), and lanes unused
+// for Config.LaneTTL. The syncer keeps a precision limit's windows by
+// purging their size as of an earlier instant.
 //
 // The pool may use any pgx QueryExecMode (behind PgBouncer in transaction
 // mode, one without server-side prepared statements, as pgx requires).
 // New needs CREATE on the database when Config.Schema does not exist yet,
 // and CREATE on the schema for a migration; later starts need neither. A
 // role that only uses the store needs SELECT, INSERT, UPDATE and DELETE on
-// the three tables and SELECT on the version table; the migration that adds
-// the buckets table gives it the grants the counters table has.
+// the six tables and SELECT on the version table; the migrations that add
+// tables give them the grants the counters table has.
 package postgres
 
 import (
@@ -170,6 +209,8 @@ type queries struct {
 	getBuckets                      string
 	check                           string
 	purge, purgeLanes, purgeBuckets string
+	purgeAnchored                   string
+	purgeLogs, trimLogs, putLogs    string
 }
 
 func newQueries(n names) queries {
@@ -187,5 +228,9 @@ func newQueries(n names) queries {
 		purge:            purgeSQL(n),
 		purgeLanes:       purgeLanesSQL(n),
 		purgeBuckets:     purgeBucketsSQL(n),
+		purgeAnchored:    purgeAnchoredSQL(n),
+		purgeLogs:        purgeLogsSQL(n),
+		trimLogs:         trimLogsSQL(n),
+		putLogs:          putLogsSQL(n),
 	}
 }

@@ -69,6 +69,15 @@ func mustWindow(t *testing.T, s strategy.Strategy, ns, key string, start time.Ti
 	return v
 }
 
+func mustCheck(t *testing.T, s *postgres.Store, node string, seq uint64, checks []strategy.Check) []strategy.CheckResult {
+	t.Helper()
+	res, err := s.CheckAndCount(context.Background(), node, seq, checks)
+	if err != nil {
+		t.Fatalf("CheckAndCount: %v", err)
+	}
+	return res
+}
+
 // counters reads q fully into a map of key to count (one window size and
 // start expected per key unless the caller knows better).
 func counters(t *testing.T, s strategy.Strategy, q strategy.Query) map[string]float64 {
@@ -634,17 +643,24 @@ func useEverything(t *testing.T, s *postgres.Store, seq uint64) {
 	start := strategy.WindowStart(now, time.Minute)
 	const key = "k\x00\xff"
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: seq, Diffs: []strategy.Diff{diff("ns", key, start, time.Minute, 1)},
-		Buckets: []strategy.BucketDiff{{Namespace: "ns", Key: key, Kind: 1, Window: time.Minute, At: now.UnixMilli(), Cost: 1, Rate: 10}}})
+		Buckets: []strategy.BucketDiff{
+			{Namespace: "ns", Key: key, Kind: 1, Window: time.Minute, At: now.UnixMilli(), Cost: 1, Rate: 10},
+			{Namespace: "ns", Key: key, Kind: strategy.KindAnchored, Window: time.Minute, At: now.UnixMilli(), Cost: 1, Rate: 10},
+			{Namespace: "ns", Key: key, Kind: strategy.KindLog, Window: time.Minute, At: now.UnixMilli() - 1, Cost: 1, Rate: 10},
+		}})
 	if _, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: seq + 1, Diffs: []strategy.Diff{diff("ns", key, start, time.Minute, 1)}}); err != nil {
 		t.Fatalf("PushAndCount: %v", err)
 	}
 	res, err := s.CheckAndCount(ctx, "n", seq+2, []strategy.Check{{Namespace: "ns", Key: key, Cost: 1, Now: now,
-		Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}, {Kind: 1, WindowSize: time.Minute, Limit: 10, Burst: 10}}}})
+		Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}, {Kind: 1, WindowSize: time.Minute, Limit: 10, Burst: 10},
+			{Kind: strategy.KindAnchored, WindowSize: time.Minute, Limit: 10}, {Kind: strategy.KindLog, WindowSize: time.Minute, Limit: 10},
+			{WindowSize: 3 * time.Minute, Limit: 10, Precision: time.Minute}}}})
 	if err != nil {
 		t.Fatalf("CheckAndCount: %v", err)
 	}
-	if !res[0].Allowed || res[0].Totals[0].Current != 3 || res[0].Buckets[1].Level != 120000 {
-		t.Fatalf("CheckAndCount: %+v, want allowed, count 3, level 120000", res[0])
+	if r := res[0]; !r.Allowed || r.Totals[0].Current != 3 || r.Buckets[1].Level != 120000 || r.Buckets[2].Level != 2 || r.Buckets[3].Level != 2 ||
+		len(r.Windows) != 5 || len(r.Windows[4]) != 4 || r.Windows[4][0] != 3 {
+		t.Fatalf("CheckAndCount: %+v, want allowed, count 3, level 120000, anchored and log at 2, 4 windows of 1m", r)
 	}
 	if err := s.Purge(ctx, "ns", []time.Duration{time.Minute}, now); err != nil {
 		t.Fatalf("Purge: %v", err)
@@ -667,7 +683,8 @@ func TestMigratedStoreNeedsNoCreatePrivilege(t *testing.T) {
 	if _, err := postgres.New(ctx, owner, postgres.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes", "public.ratesync_counters_buckets")
+	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes", "public.ratesync_counters_buckets",
+		"public.ratesync_counters_anchored", "public.ratesync_counters_logs", "public.ratesync_counters_logentries")
 	s, err := postgres.New(ctx, app, postgres.Config{})
 	if err != nil {
 		t.Fatalf("New as a role without CREATE: %v", err)
