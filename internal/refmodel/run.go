@@ -100,13 +100,23 @@ func Run(t testing.TB, in *ratelimiting.Instance, advance func(time.Duration) in
 }
 
 // allow asks in for a decision: with AllowOne when one is set and there is
-// one limit, else with Allow; it returns the method's name too.
-func allow(in *ratelimiting.Instance, ns, key string, cost float64, limits []ratelimiting.Limit, one bool) (ratelimiting.Decision, string, error) {
-	if !one || len(limits) != 1 {
-		d, err := in.Allow(context.Background(), ns, key, cost, limits...)
-		return d, "Allow", err
+// one limit, else with Allow; it returns the method's name too, and a
+// panic of the caller's goroutine as an error.
+func allow(in *ratelimiting.Instance, ns, key string, cost float64, limits []ratelimiting.Limit, one bool) (d ratelimiting.Decision, method string, err error) {
+	method = "Allow"
+	if one && len(limits) == 1 {
+		method = "AllowOne"
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	if method == "Allow" {
+		d, err = in.Allow(context.Background(), ns, key, cost, limits...)
+		return d, method, err
 	}
 	st, err := in.AllowOne(context.Background(), ns, key, cost, limits[0])
-	d := ratelimiting.Decision{Allowed: st.Allowed, RetryAfter: st.RetryAfter, Limits: []ratelimiting.LimitState{st}}
-	return d, "AllowOne", err
+	d = ratelimiting.Decision{Allowed: st.Allowed, RetryAfter: st.RetryAfter, Limits: []ratelimiting.LimitState{st}}
+	return d, method, err
 }
