@@ -128,7 +128,7 @@ func (l *Log) grow() {
 		return
 	}
 	if n > 0 && cap(l.buf) >= 2*n && &l.buf[:1][0] != &l.Entries[0] {
-		l.Entries = l.buf[:copy(l.buf, l.Entries)]
+		l.Entries = l.buf[:copy(l.buf[:n], l.Entries)]
 		return
 	}
 	l.buf = make([]LogEntry, n, max(2*n, 4))

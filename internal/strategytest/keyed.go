@@ -174,6 +174,26 @@ var keyedCases = []suiteCase{
 			t.Fatalf("after a late diff overlapping the open window: %+v, want 1 + 4", r.Buckets[0])
 		}
 	}},
+	{"several anchored and log diffs of one key in one batch", func(t *testing.T, s strategy.Strategy) {
+		ck := checker(t, s)
+		t0 := Base.Add(2 * time.Hour)
+		d := func(kind uint8, at time.Duration, cost float64) strategy.BucketDiff {
+			return strategy.BucketDiff{Namespace: "many", Key: "k", Kind: kind, Window: time.Minute, At: t0.Add(at).UnixMilli(), Cost: cost, Rate: 1}
+		}
+		push(t, s, strategy.Batch{Node: "many", Seq: 1, Buckets: []strategy.BucketDiff{
+			d(strategy.KindAnchored, 0, 1), d(strategy.KindAnchored, time.Second, 2), d(strategy.KindAnchored, 70*time.Second, 4),
+			d(strategy.KindLog, 0, 1), d(strategy.KindLog, time.Second, 2), d(strategy.KindLog, 70*time.Second, 4),
+		}})
+		st := &stepper{t: t, ck: ck, node: "many", c: strategy.Check{Namespace: "many", Key: "k", Limits: []strategy.CheckLimit{
+			{WindowSize: time.Minute, Limit: 10, Kind: strategy.KindAnchored}, {WindowSize: time.Minute, Limit: 10, Kind: strategy.KindLog},
+		}}}
+		// The anchored window that opened at t0 closed at t0+60s; the one at t0+70s holds 4.
+		// The log's entries at t0 and t0+1s stopped weighing at t0+60s and t0+61s.
+		r := st.at(t0.Add(75*time.Second), 0)
+		if a, l := r.Buckets[0], r.Buckets[1]; a.At != t0.Add(70*time.Second).UnixMilli() || a.Level != 4 || l.Level != 4 {
+			t.Fatalf("anchored %+v, log %+v: want a window opened at +70s holding 4, and a log of 4", a, l)
+		}
+	}},
 	{"a precision limit slides over its sub-windows", func(t *testing.T, s strategy.Strategy) {
 		ck := checker(t, s)
 		const p = time.Second

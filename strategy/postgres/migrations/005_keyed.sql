@@ -8,7 +8,9 @@
 --
 --   AnchoredCount(at, level, now) = level when level > 0 and now < at + window, else 0
 --   AnchoredFits: count + cost <= limit
---   AnchoredAdd:  open: level := level + cost; closed: at := now, level := cost
+--   AnchoredAdd:  open: level := level + cost (unless now + window <= at: a hit
+--                 of a window that closed before this one opened); closed: at := now,
+--                 level := cost
 --   Log.Trim:     sum := sum - cost of each entry with at <= now - window,
 --                 oldest first; sum := 0 when that empties the log
 --   LogFits:      sum + cost <= limit
@@ -130,7 +132,10 @@ BEGIN
                 at_ms = CASE WHEN a.level > 0 AND EXCLUDED.at_ms < a.at_ms + a.window_ms
                              THEN a.at_ms ELSE EXCLUDED.at_ms END,
                 level = CASE WHEN a.level > 0 AND EXCLUDED.at_ms < a.at_ms + a.window_ms
-                             THEN a.level + EXCLUDED.level ELSE EXCLUDED.level END;
+                             THEN CASE WHEN EXCLUDED.at_ms + a.window_ms <= a.at_ms
+                                       THEN a.level -- a hit of a window that closed before this one opened
+                                       ELSE a.level + EXCLUDED.level END
+                             ELSE EXCLUDED.level END;
         ELSIF p_kind[lo] = 3 THEN
             -- Headers: made (empty) when absent, locked when present, in order.
             INSERT INTO {{logs}} AS g (namespace, key, window_ms, newest_ms, sum, entries)
@@ -685,7 +690,9 @@ BEGIN
                     used[w] := true;
                 ELSIF l_kind[j] = 2 THEN -- AnchoredAdd
                     IF alv[x] > 0 AND c_now[k] < aat[x] + a_win[x] THEN
-                        alv[x] := alv[x] + c_cost[k];
+                        IF c_now[k] + a_win[x] > aat[x] THEN
+                            alv[x] := alv[x] + c_cost[k];
+                        END IF;
                     ELSE
                         aat[x] := c_now[k];
                         alv[x] := c_cost[k];
