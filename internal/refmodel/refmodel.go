@@ -450,9 +450,11 @@ type Mix struct {
 	// Probes makes one step in four a Probe: the clock moves to the
 	// previous decision's RetryAfter or Reset, or 1 ms before.
 	Probes bool
-	// Subsets makes each step's limits a random non-empty subset of the
-	// trace's, in their order: a state counted by some limits is then read
-	// by others first used later.
+	// Subsets makes each step's limits but the first's a random non-empty
+	// subset of the trace's, in their order: a state counted by some limits
+	// is then read by others used later. The first step names every limit:
+	// a node keeps a precision's sub-windows beyond the previous one only
+	// from the first request that names it (ratelimiting.Limit.Precision).
 	Subsets bool
 }
 
@@ -490,7 +492,7 @@ func (x Mix) Trace(r *rand.Rand, n int) []Step {
 		if x.Probes && r.IntN(4) == 0 {
 			steps[i].Probe = Probe(1 + r.IntN(4))
 		}
-		if x.Subsets {
+		if x.Subsets && i > 0 {
 			steps[i].Limits = subset(r, limits)
 		}
 	}
