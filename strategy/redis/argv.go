@@ -67,7 +67,7 @@ func newNumArgs(n int) *numArgs {
 	return &numArgs{ints: make([]int64, 0, n), strs: make([]string, 0, n)}
 }
 
-// Push groups (push.lua): pushGroup, its bucket diffs (bucketDiff), then
+// Push groups (push.lua): pushGroup, its keyed diffs (keyedDiff), then
 // each run (pushRun or countRun) followed by its diffs (diff).
 
 // Modes of a push group.
@@ -78,17 +78,18 @@ const (
 )
 
 // pushGroup appends the head of a push group: its mode, its number of
-// window hashes m (len(ttls)), its number of keys, its number of bucket
+// window hashes m (len(ttls)), its number of keys, its number of keyed
 // diffs, the hashes' TTLs.
 func (a *argv) pushGroup(mode string, nkeys, nbuckets int, ttls []int64) {
 	*a = append(*a, mode, len(ttls), nkeys, nbuckets)
 	a.ttls(ttls)
 }
 
-// bucketDiff appends a bucket diff: its bucket's key number h, the diff's
-// at (ms), cost, the bucket's window (ms) and rate.
-func (a *argv) bucketDiff(h int, at *int64, cost *string, window *int64, rate *string) {
-	*a = append(*a, h, at, cost, window, rate)
+// keyedDiff appends a diff of a bucket, anchored window or log: its type
+// (keyedType), its key number h, the diff's at (ms), cost, the window (ms)
+// and rate (the limit).
+func (a *argv) keyedDiff(typ string, h int, at *int64, cost *string, window *int64, rate *string) {
+	*a = append(*a, typ, h, at, cost, window, rate)
 }
 
 // pushRun appends the head of a run of n diffs into hash h (push mode).
@@ -102,9 +103,9 @@ func (a *argv) countRun(h, prev, n int) { *a = append(*a, h, prev, n) }
 func (a *argv) diff(field, value *string) { *a = append(*a, field, value) }
 
 // pushArgs returns the size of the ARGV of a push group of m window
-// hashes, nb bucket diffs and the given runs, at most.
+// hashes, nb keyed diffs and the given runs, at most.
 func pushArgs(m, nb int, runs []run) int {
-	n := argvHead + 4 + m + 5*nb
+	n := argvHead + 4 + m + 6*nb
 	for _, r := range runs {
 		n += 3 + 2*len(r.idx)
 	}
@@ -112,12 +113,12 @@ func pushArgs(m, nb int, runs []run) int {
 }
 
 // Check groups (check.lua): checkGroup, then each check (check) followed
-// by its window limits (limit), then its bucket limits (bucketLimit).
+// by its window limits (limit), then its keyed limits (keyedLimit).
 
 // checkGroup appends the head of a check group: its number of window
 // hashes m (len(ttls)), its number of keys, whether its checks name
-// distinct fields and have one window limit each and no bucket (simple:
-// the script skips its value cache), the hashes' TTLs.
+// distinct fields and have one plain window limit each and no keyed limit
+// (simple: the script skips its value cache), the hashes' TTLs.
 func (a *argv) checkGroup(nkeys int, simple bool, ttls []int64) {
 	if simple {
 		*a = append(*a, len(ttls), nkeys, "1")
@@ -128,31 +129,40 @@ func (a *argv) checkGroup(nkeys int, simple bool, ttls []int64) {
 }
 
 // check appends the head of a check: its field, its cost, its number of
-// window limits and its number of bucket limits.
+// window limits and its number of keyed limits.
 func (a *argv) check(field, cost *string, nlimits, nbuckets int) {
 	*a = append(*a, field, cost, nlimits, nbuckets)
 }
 
-// limit appends a window limit of a check: the hash numbers of its current
-// and previous windows, the window size (ms), the ms elapsed in the
-// current window (nil: a fixed window), the limit.
-func (a *argv) limit(cur, prev int, size, elapsed *int64, limit *string) {
+// limit appends a window limit of a check: the number of windows it
+// reads, their hash numbers (the current window first, then the ones
+// before it: the previous one, or the sub-windows of a precision limit),
+// their size (ms), the ms elapsed in the current window (nil: a fixed
+// window), the limit.
+func (a *argv) limit(hashes []int, size, elapsed *int64, limit *string) {
 	var e any = "F"
 	if elapsed != nil {
 		e = elapsed
 	}
-	*a = append(*a, cur, prev, size, e, limit)
+	*a = append(*a, len(hashes))
+	for _, h := range hashes {
+		*a = append(*a, h)
+	}
+	*a = append(*a, size, e, limit)
 }
 
-// bucketLimit appends a bucket limit of a check: its bucket's key number
-// h, the check's clock (ms), the bucket's window (ms), rate and burst.
-func (a *argv) bucketLimit(h int, now, window *int64, rate, burst *string) {
-	*a = append(*a, h, now, window, rate, burst)
+// keyedLimit appends a limit of a check on a bucket, anchored window or
+// log: its type (keyedType), its key number h, the check's clock (ms), the
+// window (ms), the limit (a bucket's rate) and a bucket's burst ("" for
+// the others).
+func (a *argv) keyedLimit(typ string, h int, now, window *int64, limit *string, burst any) {
+	*a = append(*a, typ, h, now, window, limit, burst)
 }
 
 // checkArgs returns the size of the ARGV of a check group of m window
-// hashes and n checks of one limit each (more limits grow it).
-func checkArgs(m, n int) int { return argvHead + 3 + m + 9*n }
+// hashes and n checks of one plain window limit each (more limits, or
+// deeper ones, grow it).
+func checkArgs(m, n int) int { return argvHead + 3 + m + 10*n }
 
 // Calls of several groups.
 

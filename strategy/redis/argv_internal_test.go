@@ -48,23 +48,29 @@ func TestArgvLayout(t *testing.T) {
 		{Namespace: "ns", Key: "a", Kind: 4, Window: time.Second, At: 1234, Cost: 2, Rate: 3},
 		{Namespace: "ns", Key: "b", Kind: 5, Window: time.Minute, At: 1235, Cost: 0.5, Rate: 0.25},
 		{Namespace: "ns", Key: "a", Kind: 4, Window: time.Second, At: 1236, Cost: 1, Rate: 3}, // the first's bucket
+		{Namespace: "ns", Key: "b", Kind: strategy.KindLog, Window: time.Second, At: 1237, Cost: 1, Rate: 5},
+		{Namespace: "ns", Key: "a", Kind: strategy.KindAnchored, Window: time.Second, At: 1238, Cost: 2, Rate: 4},
 	}
 	seq := any(seqArg(7))
 	for _, c := range []struct {
 		count bool
 		want  string
 	}{
-		// mode, m, k (the lane, 2 hashes, 2 buckets), d, TTLs, then the
-		// bucket diffs: bucket's key number, at, cost, window, rate; then
-		// runs by hash: h, n, n (field, value).
-		{false, `"00000000000000000007" 86400000 31 "0" 2 5 3 5000 5000 ` +
-			`3 1234 "2" 1000 "3" 4 1235 "0.5" 60000 "0.25" 3 1236 "1" 1000 "3" ` +
+		// mode, m, k (the lane, 2 hashes, 2 buckets, a log's entries and
+		// sum, an anchored window), d, TTLs, then the keyed diffs: type,
+		// key number, at, cost, window, rate; then runs by hash: h, n, n
+		// (field, value).
+		{false, `"00000000000000000007" 86400000 46 "0" 2 8 5 5000 5000 ` +
+			`"b" 3 1234 "2" 1000 "3" "b" 4 1235 "0.5" 60000 "0.25" "b" 3 1236 "1" 1000 "3" ` +
+			`"l" 5 1237 "1" 1000 "5" "a" 7 1238 "2" 1000 "4" ` +
 			`1 2 "a" "1" "a" "2" 2 1 "b" "0.5"`},
 		// mode ("1": field a repeats), m, k (the lane, 2 hashes, their 2
-		// previous windows, 2 buckets), d, TTLs, bucket diffs, then runs in
-		// batch order: h, previous window's h, n, n (field, value).
-		{true, `"00000000000000000007" 86400000 36 "1" 2 7 3 5000 5000 ` +
-			`5 1234 "2" 1000 "3" 6 1235 "0.5" 60000 "0.25" 5 1236 "1" 1000 "3" ` +
+		// previous windows, then the keyed keys), d, TTLs, keyed diffs,
+		// then runs in batch order: h, previous window's h, n, n (field,
+		// value).
+		{true, `"00000000000000000007" 86400000 51 "1" 2 10 5 5000 5000 ` +
+			`"b" 5 1234 "2" 1000 "3" "b" 6 1235 "0.5" 60000 "0.25" "b" 5 1236 "1" 1000 "3" ` +
+			`"l" 7 1237 "1" 1000 "5" "a" 9 1238 "2" 1000 "4" ` +
 			`1 3 1 "a" "1" 2 4 1 "b" "0.5" 1 3 1 "a" "2"`},
 	} {
 		ba := newBatchArgs(strategy.Batch{Diffs: diffs, Buckets: buckets})
@@ -84,24 +90,31 @@ func TestArgvLayout(t *testing.T) {
 			{Kind: 4, WindowSize: time.Second, Limit: 3, Burst: 5},
 			{WindowSize: time.Minute, Limit: 10},
 			{WindowSize: time.Second, Limit: 2, Fixed: true},
+			{WindowSize: 3 * time.Second, Limit: 4, Precision: time.Second}, // the fixed limit's current window, and 3 before it
+			{Kind: strategy.KindLog, WindowSize: time.Second, Limit: 6},
+			{Kind: strategy.KindAnchored, WindowSize: time.Minute, Limit: 7},
 		}},
 		{Namespace: "ns", Key: "b", Cost: 0.5, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}},
 	}
-	strs := newCheckStrings(checks, 4)
+	strs := newCheckStrings(checks, 7)
 	gr := grouper{shards: 1}
 	for i, c := range checks {
 		g := gr.of(c.Namespace, c.Key)
 		g.items = append(g.items, i)
 	}
-	lims := s.checkHashes(gr.gs, checks, 4)
-	s.encodeCheck(gr.gs[0], "n", seq, checks, lims, &strs)
-	// m, k (the lane, 4 hashes, 1 bucket), simple ("0": a check of several
-	// limits), TTLs, then each check: field, cost, L, B, then L window
-	// limits: h, previous window's h, size, elapsed or "F", limit; then B
-	// bucket limits: bucket's key number, now, window, rate, burst.
-	want := `"00000000000000000007" 86400000 35 4 6 "0" 95000 35000 7000 6000 ` +
-		`"a" "1" 2 1 1 2 60000 30000 "10" 3 4 1000 "F" "2" 5 90000 1000 "3" "5" ` +
-		`"b" "0.5" 1 0 1 2 60000 30000 "10"`
+	lims, hashes := s.checkHashes(gr.gs, checks, 7)
+	s.encodeCheck(gr.gs[0], "n", seq, checks, lims, hashes, &strs)
+	// m, k (the lane, 6 hashes, 1 bucket, a log's entries and sum, an
+	// anchored window), simple ("0": a check of several limits), TTLs (0
+	// for the windows no check counts in; the 1 s window the longest of
+	// its limits': until 3 s after its end), then each check: field, cost,
+	// L, B, then L window limits: d, the h of its d windows (current
+	// first), size, elapsed or "F", limit; then B keyed limits: type, key
+	// number, now, window, limit (rate), a bucket's burst.
+	want := `"00000000000000000007" 86400000 61 6 11 "0" 95000 0 9000 0 0 0 ` +
+		`"a" "1" 3 3 2 1 2 60000 30000 "10" 2 3 4 1000 "F" "2" 4 3 4 5 6 1000 0 "4" ` +
+		`"b" 7 90000 1000 "3" "5" "l" 8 90000 1000 "6" "" "a" 10 90000 60000 "7" "" ` +
+		`"b" "0.5" 1 0 2 1 2 60000 30000 "10"`
 	if got := show(gr.gs[0].args); got != want {
 		t.Errorf("check:\n got  %s\n want %s", got, want)
 	}

@@ -3,8 +3,15 @@ package redis_test
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesync/ratesync/internal/testenv"
 
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/redis"
@@ -224,4 +231,191 @@ func BenchmarkSynchronousHit(b *testing.B) {
 			b.Fatal(err)
 		}
 	})
+}
+
+// One check of one key on a sliding log of n entries, against the same
+// check on a plain sliding window (the baseline): the log's cost must not
+// grow with its entries (O(log n): a trim that finds the one entry that
+// stopped weighing, one added). The clock moves 1 ms a check over a log
+// whose window is n ms, so each check trims one entry and adds one: the
+// log stays n entries long. "denied" is a full log of n entries refusing
+// a request that fits once two entries go: its RetryAt reads those two.
+// Reported: ns/op (the round trip included), server-ns/op (the script's
+// time in Redis, from INFO commandstats of a server of its own: what the
+// log's size would show in) and the log's entries when done.
+func BenchmarkCheckLog(b *testing.B) {
+	ctx := context.Background()
+	r := testenv.PrivateRedis(b)
+	c := r.Client(b)
+	s := storeOn(b, c, r.Prefix, redis.Config{Shards: 1})
+	t0 := base.UnixMilli()
+	seq := uint64(0)
+	runs := 0
+	newKey := func(name string) string { // a key of its own for each run of a sub-benchmark's body
+		runs++
+		return fmt.Sprintf("%s-%d", name, runs)
+	}
+	check := func(b *testing.B, key string, now int64, l strategy.CheckLimit, want bool) {
+		seq++
+		res, err := s.CheckAndCount(ctx, "bench", seq, []strategy.Check{{Namespace: "ns", Key: key, Cost: 1, Now: time.UnixMilli(now), Limits: []strategy.CheckLimit{l}}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res[0].Allowed != want {
+			b.Fatalf("check at %d: %+v, want allowed %v", now, res[0], want)
+		}
+	}
+	fill := func(b *testing.B, key string, n int, w time.Duration) {
+		diffs := make([]strategy.BucketDiff, n)
+		for i := range diffs {
+			diffs[i] = strategy.BucketDiff{Namespace: "ns", Key: key, Kind: strategy.KindLog, Window: w, At: t0 + int64(i), Cost: 1, Rate: float64(n)}
+		}
+		seq++
+		mustPush(b, s, strategy.Batch{Node: "bench", Seq: seq, Buckets: diffs})
+	}
+	b.Run("window", func(b *testing.B) {
+		l := strategy.CheckLimit{WindowSize: time.Minute, Limit: 1e15}
+		now, key := t0, newKey("w")
+		b.ReportAllocs()
+		sv := serverTime(b, c)
+		for b.Loop() {
+			now++
+			check(b, key, now, l, true)
+		}
+		sv.report(b)
+	})
+	for _, n := range []int{100, 10_000} {
+		w := time.Duration(n) * time.Millisecond
+		b.Run(fmt.Sprintf("log=%d", n), func(b *testing.B) {
+			key := newKey(fmt.Sprintf("log%d", n))
+			fill(b, key, n, w)
+			l := strategy.CheckLimit{Kind: strategy.KindLog, WindowSize: w, Limit: 1e15}
+			now := t0 + int64(n) - 1
+			b.ReportAllocs()
+			sv := serverTime(b, c)
+			for b.Loop() {
+				now++
+				check(b, key, now, l, true)
+			}
+			sv.report(b)
+			b.ReportMetric(float64(logLen(b, c, key, w)), "entries")
+		})
+	}
+	b.Run("log=10000/denied", func(b *testing.B) {
+		const n = 10_000
+		w := n * time.Millisecond
+		key := newKey("denied")
+		fill(b, key, n, w)
+		l := strategy.CheckLimit{Kind: strategy.KindLog, WindowSize: w, Limit: n - 0.5}
+		b.ReportAllocs()
+		sv := serverTime(b, c)
+		for b.Loop() {
+			check(b, key, t0+n-1, l, false)
+		}
+		sv.report(b)
+		b.ReportMetric(float64(logLen(b, c, key, w)), "entries")
+	})
+}
+
+// scriptTime reads the time Redis spent in scripts (EVALSHA), from INFO
+// commandstats of a server of the benchmark's own.
+type scriptTime struct {
+	c     *goredis.Client
+	start int64 // µs
+}
+
+func serverTime(b *testing.B, c *goredis.Client) scriptTime {
+	return scriptTime{c, evalshaMicros(b, c)}
+}
+
+// report reports the server's time per op since st was taken.
+func (st scriptTime) report(b *testing.B) {
+	b.ReportMetric(float64(evalshaMicros(b, st.c)-st.start)*1000/float64(b.N), "server-ns/op")
+}
+
+func evalshaMicros(b *testing.B, c *goredis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					n, err := strconv.ParseInt(v, 10, 64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return n
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// logLen returns the entries of key's log of window w, in namespace "ns"
+// of the one-shard store c holds.
+func logLen(b *testing.B, c *goredis.Client, key string, w time.Duration) int64 {
+	keys, err := c.Keys(context.Background(), fmt.Sprintf("{*:ns:0}:l:%d:%s", w.Milliseconds(), key)).Result()
+	if err != nil || len(keys) != 1 {
+		b.Fatalf("log keys %q, %v: want one", keys, err)
+	}
+	return c.ZCard(context.Background(), keys[0]).Val()
+}
+
+// Synchronous decisions as the syncer sends them: CheckAndCount of
+// batches of 32 checks (the decisions its worker coalesces), each node
+// (goroutine) on a lane of its own, on one hot key or spread over 1,000
+// keys, of one sliding log (1 minute, never full), against the same on a
+// plain sliding window (the baseline). Each check is judged at the wall
+// clock, so a log trims and grows as it would in use. Reported:
+// decisions/s and ns/decision.
+func BenchmarkSynchronousDecisions(b *testing.B) {
+	const batch = 32
+	ctx := context.Background()
+	s, _ := newStore(b, redis.Config{})
+	var lanes atomic.Int64
+	limits := map[string]strategy.CheckLimit{
+		"window": {WindowSize: time.Minute, Limit: 1e15},
+		"log":    {Kind: strategy.KindLog, WindowSize: time.Minute, Limit: 1e15},
+	}
+	for _, kind := range []string{"window", "log"} {
+		for _, nkeys := range []int{1, 1000} {
+			b.Run(fmt.Sprintf("%s/keys=%d", kind, nkeys), func(b *testing.B) {
+				keys := keysN(nkeys)
+				l := limits[kind]
+				ns := fmt.Sprintf("%s-%d", kind, nkeys)
+				b.ReportAllocs()
+				b.RunParallel(func(pb *testing.PB) {
+					node := fmt.Sprintf("node-%d", lanes.Add(1))
+					checks := make([]strategy.Check, batch)
+					var seq uint64
+					next := int(lanes.Load()) * 997
+					for pb.Next() {
+						now := time.Now()
+						for i := range checks {
+							next++
+							checks[i] = strategy.Check{Namespace: ns, Key: keys[next%nkeys], Cost: 1, Now: now, Limits: []strategy.CheckLimit{l}}
+						}
+						seq++
+						res, err := s.CheckAndCount(ctx, node, seq, checks)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						for _, r := range res {
+							if !r.Allowed {
+								b.Errorf("denied: %+v", r)
+								return
+							}
+						}
+					}
+				})
+				decisions := float64(batch * b.N)
+				b.ReportMetric(decisions/b.Elapsed().Seconds(), "decisions/s")
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/decisions, "ns/decision")
+			})
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,11 +31,14 @@ import (
 // from the clock of the request that last changed it: an expired bucket is
 // an empty one, so Purge has nothing to do for buckets either.
 
-// bucketRef is a bucket of a group's namespace.
+// bucketRef is a key of a bucket, anchored window or log of a group's
+// namespace: the bucket or anchored window itself, or one of a log's two
+// keys (sum false: its entries; true: its sum).
 type bucketRef struct {
 	key    string
 	kind   uint8
 	window int64 // ms
+	sum    bool
 }
 
 // bucketUse is a bucket diff of a push group: its position in the batch
@@ -67,6 +71,33 @@ func (g *group) bucket(r bucketRef) int {
 	g.bindex[r] = len(g.bkeys)
 	return len(g.bkeys)
 }
+
+// keyed returns the number of the key of the bucket, anchored window or log
+// (key, kind, window) among g's buckets (see bucket), adding it. A log has
+// two keys, added together: its entries, whose number keyed returns, and
+// its sum, the next number.
+func (g *group) keyed(key string, kind uint8, window int64) int {
+	b := g.bucket(bucketRef{key, kind, window, false})
+	if kind == strategy.KindLog {
+		g.bucket(bucketRef{key, kind, window, true})
+	}
+	return b
+}
+
+// keyedType returns how the scripts name a kind of keyed state: "a" for an
+// anchored window, "l" for a log, "b" for a bucket (every other kind).
+func keyedType(kind uint8) string {
+	switch kind {
+	case strategy.KindAnchored:
+		return "a"
+	case strategy.KindLog:
+		return "l"
+	}
+	return "b"
+}
+
+// isBucket reports whether a limit or diff of kind (not 0) is a bucket.
+func isBucket(kind uint8) bool { return kind != strategy.KindAnchored && kind != strategy.KindLog }
 
 // bucketKey returns the key of a bucket in tag's shard: the counter key
 // last, as given, so that kind, window and key read back unambiguously.
@@ -118,29 +149,39 @@ func parseBucket(v string) (at int64, level float64, err error) {
 	return 0, 0, fmt.Errorf("bucket %q: want \"at level rate\"", v)
 }
 
-// parseBucketReply parses a bucket as check.lua returns it: at (an
-// integer) and level (a string), or two empty strings for a key that
-// holds no bucket.
+// parseBucketReply parses a bucket, anchored window or log as check.lua
+// returns it: at (an integer) and level (a string), or two empty strings
+// for a key that holds none.
 func parseBucketReply(at, level any) (int64, float64, error) {
-	var a int64
-	switch v := at.(type) {
-	case int64:
-		a = v
-	case string:
-		if v != "" {
-			return 0, 0, fmt.Errorf("bucket time %q: want an integer", v)
-		}
-	default:
-		return 0, 0, fmt.Errorf("bucket time of type %T: want an integer", at)
+	a, err := parseMs(at)
+	if err != nil {
+		return 0, 0, err
 	}
 	l, err := parseCount(level)
 	return a, l, err
 }
 
+// parseMs parses an instant as check.lua returns it: an integer (Unix
+// ms), or an empty string for none (0).
+func parseMs(v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		if v == "" {
+			return 0, nil
+		}
+		return 0, fmt.Errorf("instant %q: want an integer", v)
+	}
+	return 0, fmt.Errorf("instant of type %T: want an integer", v)
+}
+
 // GetBuckets returns the buckets of refs that the store holds, in the
 // order of refs: one MGET per namespace shard of the refs (at most
 // Config.FieldsPerCommand keys each), all pipelined in one round trip.
-// Buckets that drained and expired are empty, and left out.
+// Buckets that drained and expired are empty, and left out; so are
+// anchored windows and logs (refs of KindAnchored and KindLog), which
+// only CheckAndCount reads.
 func (s *Store) GetBuckets(ctx context.Context, namespace string, refs []strategy.BucketRef) ([]strategy.BucketState, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -154,7 +195,7 @@ func (s *Store) GetBuckets(ctx context.Context, namespace string, refs []strateg
 			return nil, err
 		}
 	}
-	if len(refs) == 0 {
+	if !slices.ContainsFunc(refs, func(r strategy.BucketRef) bool { return isBucket(r.Kind) }) {
 		return nil, nil
 	}
 	reads := s.bucketReads(namespace, refs)
@@ -189,6 +230,9 @@ func (s *Store) bucketReads(ns string, refs []strategy.BucketRef) []*bucketRead 
 	var reads []*bucketRead
 	open := make(map[int]*bucketRead) // the read of each shard still filling
 	for i, r := range refs {
+		if !isBucket(r.Kind) {
+			continue // anchored windows and logs are not returned
+		}
 		sh := shardOf(r.Key, s.cfg.Shards)
 		rd := open[sh]
 		if rd == nil || len(rd.keys) == s.cfg.FieldsPerCommand {

@@ -15,12 +15,18 @@ import (
 // key) run in one check.lua script, in order, atomically; the shards run in
 // one pipelined round trip. A check passes when every limit lets it:
 // strategy.WindowFits for a window limit, with the time elapsed in the
-// current window from the check's Now, and strategy.BucketFits for a
-// bucket limit (Kind != 0: the bucket (Key, Kind, WindowSize), refilling
-// Limit per WindowSize up to Burst), at Now; Redis computes both as the
-// node does, bit for bit. A passing check adds Cost once to the current
-// window of each distinct size of its window limits and, when Cost > 0, to
-// each of its distinct buckets (strategy.BucketAdd at Now).
+// current window from the check's Now (strategy.SpanFits over the Depth
+// sub-windows of a limit with a Precision), and strategy.BucketFits for a
+// bucket limit (the bucket (Key, Kind, WindowSize), refilling Limit per
+// WindowSize up to Burst), strategy.AnchoredFits for an anchored window
+// and strategy.LogFits for a log (trimmed at Now first), at Now; Redis
+// computes them as the node does, bit for bit. A passing check adds Cost
+// once to the current window of each distinct size (Sub) of its window
+// limits and, when Cost > 0, to each of its distinct buckets, anchored
+// windows and logs (strategy.BucketAdd, AnchoredAdd, Log.Add at Now). A
+// precision limit's result holds all its Depth counts in Windows; a log's
+// state holds, for a check that did not pass and that the log refuses,
+// the instant it fits (strategy.RetryAt).
 //
 // When (node, seq) was already applied in a check's shard, that check
 // counts nothing and is returned not allowed, with the current totals and
@@ -48,10 +54,10 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 		g := gr.of(c.Namespace, c.Key)
 		g.items = append(g.items, i)
 	}
-	lims := s.checkHashes(gr.gs, checks, nlim)
+	lims, hashes := s.checkHashes(gr.gs, checks, nlim)
 	sq := any(seqArg(seq))
 	for _, g := range gr.gs {
-		lims = s.encodeCheck(g, node, sq, checks, lims, &strs)
+		lims = s.encodeCheck(g, node, sq, checks, lims, hashes, &strs)
 	}
 
 	gs := gr.gs
@@ -65,42 +71,53 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 	return out, nil
 }
 
-// limitHashes are the hash numbers, in its group, of the current and the
-// previous window of a check's window limit, or the bucket number of a
-// bucket limit.
-type limitHashes struct{ cur, prev, bucket int }
+// limitKeys locates the keys of one limit of a check in its group: the
+// hashes of a window limit are hashes[lo:hi] of the call (hash numbers,
+// the window holding the check's Now first, then the ones before it); the
+// key of a bucket, anchored window or log is number keyed of the group's
+// buckets (see group.keyed).
+type limitKeys struct{ lo, hi, keyed int }
 
 // checkHashes gives each group the hashes of its checks' windows, with
-// the TTL of each (the longest any check asks), and its checks' buckets,
-// and returns the hash or bucket numbers of every limit, in the order of
-// the groups' items.
-func (s *Store) checkHashes(gs []*group, checks []strategy.Check, nlim int) []limitHashes {
-	lims := make([]limitHashes, 0, nlim)
+// the TTL of each (the longest any check counting in it asks), and the
+// keys of its checks' buckets, anchored windows and logs, and returns the
+// keys of every limit, in the order of the groups' items, with the hash
+// numbers they point into.
+//
+// A window limit reads Depth windows of size Sub: its current and previous
+// windows, or the sub-windows of a precision limit. It counts in the
+// current one, which lasts until the limit's span (WindowSize) slides past
+// it.
+func (s *Store) checkHashes(gs []*group, checks []strategy.Check, nlim int) ([]limitKeys, []int) {
+	lims := make([]limitKeys, 0, nlim)
+	hashes := make([]int, 0, 2*nlim)
 	for _, g := range gs {
 		for _, i := range g.items {
 			c := &checks[i]
 			now := c.Now.UnixMilli()
-			for _, l := range c.Limits {
-				size := l.WindowSize.Milliseconds()
+			for j := range c.Limits {
+				l := &c.Limits[j]
 				if l.Kind != 0 {
-					lims = append(lims, limitHashes{bucket: g.bucket(bucketRef{c.Key, l.Kind, size})})
+					lims = append(lims, limitKeys{keyed: g.keyed(c.Key, l.Kind, l.WindowSize.Milliseconds())})
 					continue
 				}
-				start := strategy.WindowStart(c.Now, l.WindowSize).UnixMilli()
-				cur, added := g.hash(window{size, start})
-				if added {
-					g.ttls = append(g.ttls, 0)
+				size := l.Sub().Milliseconds()
+				start := strategy.WindowStart(c.Now, l.Sub()).UnixMilli()
+				lo := len(hashes)
+				for back := range l.Depth() {
+					h, added := g.hash(window{size, start - int64(back)*size})
+					if added {
+						g.ttls = append(g.ttls, 0) // read only, unless a check counts in it
+					}
+					hashes = append(hashes, h)
 				}
-				g.ttls[cur-1] = max(g.ttls[cur-1], s.windowTTL(start, size, now))
-				prev, added := g.hash(window{size, start - size})
-				if added {
-					g.ttls = append(g.ttls, s.windowTTL(start-size, size, now))
-				}
-				lims = append(lims, limitHashes{cur: cur, prev: prev})
+				cur := hashes[lo]
+				g.ttls[cur-1] = max(g.ttls[cur-1], s.windowTTL(start, size, l.WindowSize.Milliseconds(), now))
+				lims = append(lims, limitKeys{lo: lo, hi: len(hashes)})
 			}
 		}
 	}
-	return lims
+	return lims, hashes
 }
 
 // checkStrings holds the strings and numbers of a CheckAndCount call's
@@ -137,21 +154,22 @@ func (cs *checkStrings) format(m *floatMemo, v float64) *string {
 }
 
 // encodeCheck sets the keys and ARGV of check group g of node's call, whose
-// limits' hash numbers start lims, and returns the rest of lims.
-func (s *Store) encodeCheck(g *group, node string, seq any, checks []strategy.Check, lims []limitHashes, strs *checkStrings) []limitHashes {
+// limits' keys start lims (pointing into hashes), and returns the rest of
+// lims.
+func (s *Store) encodeCheck(g *group, node string, seq any, checks []strategy.Check, lims []limitKeys, hashes []int, strs *checkStrings) []limitKeys {
 	s.setKeys(g, node)
-	// Distinct keys of one window limit each: check.lua skips its value
-	// cache.
+	// Distinct keys of one plain window limit each: check.lua skips its
+	// value cache.
 	simple := len(g.bkeys) == 0 && distinctKeys(strs.fields, g.items)
 	for _, i := range g.items {
-		simple = simple && len(checks[i].Limits) == 1
+		simple = simple && len(checks[i].Limits) == 1 && checks[i].Limits[0].Depth() == 2
 	}
 	a := newArgv(seq, s.laneTTL, checkArgs(len(g.wins), len(g.items)))
 	a.checkGroup(len(g.keys), simple, g.ttls)
 	g.n, g.nout = len(g.items), 0
 	for _, i := range g.items {
 		c := &checks[i]
-		g.nout += 1 + 2*len(c.Limits)
+		g.nout += replyLen(c)
 		nb := 0
 		for _, l := range c.Limits {
 			if l.Kind != 0 {
@@ -159,42 +177,68 @@ func (s *Store) encodeCheck(g *group, node string, seq any, checks []strategy.Ch
 			}
 		}
 		a.check(&strs.fields[i], strs.format(&strs.costs, c.Cost), len(c.Limits)-nb, nb)
-		encodeLimits(&a, g, c, lims[:len(c.Limits)], strs)
+		encodeLimits(&a, g, c, lims[:len(c.Limits)], hashes, strs)
 		lims = lims[len(c.Limits):]
 	}
 	g.args = a.done()
 	return lims
 }
 
-// encodeLimits appends the limits of check c of group g, whose hash or
-// bucket numbers are lims: its window limits, then its bucket limits,
-// each in order.
-func encodeLimits(a *argv, g *group, c *strategy.Check, lims []limitHashes, strs *checkStrings) {
+// replyLen returns the number of values check.lua replies for c: its
+// decision, the Depth counts of each window limit, two values per bucket
+// or anchored window limit and three per log limit.
+func replyLen(c *strategy.Check) int {
+	n := 1
+	for j := range c.Limits {
+		switch l := &c.Limits[j]; l.Kind {
+		case 0:
+			n += l.Depth()
+		case strategy.KindLog:
+			n += 3
+		default:
+			n += 2
+		}
+	}
+	return n
+}
+
+// encodeLimits appends the limits of check c of group g, whose keys are
+// lims (pointing into hashes): its window limits, then its keyed limits
+// (buckets, anchored windows, logs), each in order.
+func encodeLimits(a *argv, g *group, c *strategy.Check, lims []limitKeys, hashes []int, strs *checkStrings) {
 	now := c.Now.UnixMilli()
 	n := strs.ints
-	for j, l := range c.Limits {
+	for j := range c.Limits {
+		l := &c.Limits[j]
 		if l.Kind != 0 {
 			continue
 		}
 		var elapsed *int64 // a fixed window
 		if !l.Fixed {
-			elapsed = n.intArg(now - strategy.WindowStart(c.Now, l.WindowSize).UnixMilli())
+			elapsed = n.intArg(now - strategy.WindowStart(c.Now, l.Sub()).UnixMilli())
 		}
-		a.limit(lims[j].cur, lims[j].prev, n.intArg(l.WindowSize.Milliseconds()), elapsed, strs.format(&strs.limits, l.Limit))
+		a.limit(hashes[lims[j].lo:lims[j].hi], n.intArg(l.Sub().Milliseconds()), elapsed, strs.format(&strs.limits, l.Limit))
 		strs.k++ // its second place stays empty
 	}
 	for j, l := range c.Limits {
 		if l.Kind == 0 {
 			continue
 		}
-		rate, burst := strs.format(&strs.limits, l.Limit), strs.format(&strs.bursts, l.Burst)
-		a.bucketLimit(len(g.wins)+lims[j].bucket, n.intArg(now), n.intArg(l.WindowSize.Milliseconds()), rate, burst)
+		limit := strs.format(&strs.limits, l.Limit)
+		var burst any = ""
+		if isBucket(l.Kind) {
+			burst = strs.format(&strs.bursts, l.Burst)
+		} else {
+			strs.k++
+		}
+		a.keyedLimit(keyedType(l.Kind), len(g.wins)+lims[j].keyed, n.intArg(now), n.intArg(l.WindowSize.Milliseconds()), limit, burst)
 	}
 }
 
-// checkResults parses the decisions, totals and buckets of the checks from
-// the replies of their groups into out: per check, the decision, two
-// values per window limit, then two per bucket limit (see check.lua).
+// checkResults parses the decisions, totals and keyed states of the checks
+// from the replies of their groups into out: per check, the decision, the
+// Depth counts of each window limit, then the state of each keyed limit
+// (see replyLen and check.lua).
 func checkResults(gs []*group, checks []strategy.Check, nlim int, out []strategy.CheckResult, op func() string) error {
 	totals := make([]strategy.Totals, nlim)
 	for _, g := range gs {
@@ -202,37 +246,57 @@ func checkResults(gs []*group, checks []strategy.Check, nlim int, out []strategy
 		k := 0
 		for _, i := range g.items {
 			c := &checks[i]
-			nl := len(c.Limits)
-			if k+2*nl >= len(vals) {
+			nl, nv := len(c.Limits), replyLen(c)
+			if k+nv > len(vals) {
 				return fmt.Errorf("redis: %s: shard %s: reply of %d values: too short", op(), g.tag, len(vals))
 			}
 			out[i].Allowed = vals[k] == "1"
 			out[i].Totals, totals = totals[:nl:nl], totals[nl:]
-			if err := checkResult(&out[i], c, vals[k+1:k+1+2*nl]); err != nil {
+			if err := checkResult(&out[i], c, vals[k+1:k+nv]); err != nil {
 				return fmt.Errorf("redis: %s: shard %s: %w", op(), g.tag, err)
 			}
-			k += 1 + 2*nl
+			k += nv
 		}
 	}
 	return nil
 }
 
-// checkResult parses the totals and buckets of check c into r from vals,
-// two values per limit: its window limits' first, then its bucket limits'.
+// checkResult parses the totals, windows and keyed states of check c into
+// r from vals: the Depth counts of each of its window limits first (newest
+// first: the current and the previous window are its totals), then the
+// state of each keyed limit: at and level, and a log's RetryAt.
 func checkResult(r *strategy.CheckResult, c *strategy.Check, vals []any) error {
 	k := 0
-	for j, l := range c.Limits {
+	for j := range c.Limits {
+		l := &c.Limits[j]
 		if l.Kind != 0 {
 			continue
 		}
-		var err error
-		if r.Totals[j].Current, err = parseCount(vals[k]); err == nil {
-			r.Totals[j].Previous, err = parseCount(vals[k+1])
+		d := l.Depth()
+		var counts []float64
+		if d > 2 {
+			if r.Windows == nil {
+				r.Windows = make([][]float64, len(c.Limits))
+			}
+			counts = make([]float64, d)
+			r.Windows[j] = counts
 		}
-		if err != nil {
-			return err
+		for b := range d {
+			v, err := parseCount(vals[k+b])
+			if err != nil {
+				return err
+			}
+			switch b {
+			case 0:
+				r.Totals[j].Current = v
+			case 1:
+				r.Totals[j].Previous = v
+			}
+			if counts != nil {
+				counts[b] = v
+			}
 		}
-		k += 2
+		k += d
 	}
 	for j, l := range c.Limits {
 		if l.Kind == 0 {
@@ -248,6 +312,12 @@ func checkResult(r *strategy.CheckResult, c *strategy.Check, vals []any) error {
 			return err
 		}
 		k += 2
+		if l.Kind == strategy.KindLog {
+			if b.RetryAt, err = parseMs(vals[k]); err != nil {
+				return err
+			}
+			k++
+		}
 	}
 	return nil
 }
@@ -262,7 +332,7 @@ func validCheck(i int, c *strategy.Check) error {
 		return fmt.Errorf("redis: %s: Cost = %v: must be >= 0", what(), c.Cost)
 	}
 	for j, l := range c.Limits {
-		if l.WindowSize > 0 && l.WindowSize%time.Millisecond == 0 && positive(l.Limit) && (l.Kind == 0 || positive(l.Burst)) {
+		if l.WindowSize > 0 && l.WindowSize%time.Millisecond == 0 && positive(l.Limit) && (l.Kind == 0 || !isBucket(l.Kind) || positive(l.Burst)) && l.Precision == 0 {
 			continue
 		}
 		lwhat := fmt.Sprintf("%s: limit %d", what(), j)
@@ -274,6 +344,12 @@ func validCheck(i int, c *strategy.Check) error {
 		}
 		if !(l.Limit > 0) {
 			return fmt.Errorf("redis: %s: Limit %v: must be > 0", lwhat, l.Limit)
+		}
+		if p := l.Precision; p != 0 {
+			if p < 0 || p%time.Millisecond != 0 || l.WindowSize%p != 0 || l.Kind != 0 || l.Fixed {
+				return fmt.Errorf("redis: %s: Precision = %v: must be whole milliseconds dividing WindowSize %v, on a sliding window limit (Kind 0, not Fixed)", lwhat, p, l.WindowSize)
+			}
+			continue
 		}
 		return fmt.Errorf("redis: %s: Burst = %v: must be finite and > 0", lwhat, l.Burst)
 	}

@@ -50,8 +50,10 @@ type Config struct {
 
 	// TTLMargin is how long a window outlives the end of its life as a
 	// previous window: a window of size S starting at T expires at
-	// T + 2S + TTLMargin, by the pushing node's clock, and at least
-	// TTLMargin after each push (DefaultTTLMargin when 0; at least 1ms).
+	// T + 2S + TTLMargin, by the pushing node's clock (T + S + W +
+	// TTLMargin when it is read over a span W: strategy.Diff.Span, a
+	// precision limit), and at least TTLMargin after each push
+	// (DefaultTTLMargin when 0; at least 1ms).
 	// Longer tolerates more clock skew between nodes; shorter frees memory
 	// sooner (with 1s windows, each extra second keeps one more window).
 	TTLMargin time.Duration

@@ -13,7 +13,9 @@ import (
 )
 
 // GetCounters yields the counters of q.Namespace in the current and the
-// previous window of each size of q.WindowSizes as of q.Now.
+// previous window of each size of q.WindowSizes as of q.Now, and in the
+// windows before those down to q.Depth of the size (the sub-windows of a
+// precision limit): the deepest asked for a size listed twice.
 //
 // With q.Keys (the syncer's case) it reads only those keys: HMGETs of at
 // most Config.FieldsPerCommand fields, all pipelined in one round trip. With
@@ -29,15 +31,13 @@ func (s *Store) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[str
 			yield(strategy.Counter{}, err)
 			return
 		}
-		sizes := make([]time.Duration, 0, len(q.WindowSizes))
-		for _, size := range q.WindowSizes {
+		sizes := make([]sizeDepth, 0, len(q.WindowSizes))
+		for i, size := range q.WindowSizes {
 			if err := checkSize(fmt.Sprintf("query of namespace %q", q.Namespace), size); err != nil {
 				yield(strategy.Counter{}, err)
 				return
 			}
-			if !contains(sizes, size) {
-				sizes = append(sizes, size)
-			}
+			sizes = addSize(sizes, size, q.Depth(i))
 		}
 		var err error
 		if q.Keys != nil {
@@ -51,30 +51,41 @@ func (s *Store) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[str
 	}
 }
 
-func contains(sizes []time.Duration, size time.Duration) bool {
-	for _, s := range sizes {
-		if s == size {
-			return true
+// sizeDepth is a window size of a query and how many of its windows to
+// read, newest first.
+type sizeDepth struct {
+	size  time.Duration
+	depth int
+}
+
+// addSize adds size, read depth windows deep, to sizes: once, as deep as
+// asked for the deepest.
+func addSize(sizes []sizeDepth, size time.Duration, depth int) []sizeDepth {
+	for i := range sizes {
+		if sizes[i].size == size {
+			sizes[i].depth = max(sizes[i].depth, depth)
+			return sizes
 		}
 	}
-	return false
+	return append(sizes, sizeDepth{size, depth})
 }
 
 // errStop ends a read whose consumer stopped iterating.
 var errStop = errors.New("redis: iteration stopped")
 
-// windows calls fn for the current and the previous window of each size as
-// of now.
-func windows(sizes []time.Duration, now time.Time, fn func(size time.Duration, start time.Time)) {
-	for _, size := range sizes {
-		cur := strategy.WindowStart(now, size)
-		fn(size, cur)
-		fn(size, cur.Add(-size))
+// windows calls fn for the window of each size holding now and the ones
+// before it, newest first, down to the size's depth.
+func windows(sizes []sizeDepth, now time.Time, fn func(size time.Duration, start time.Time)) {
+	for _, sd := range sizes {
+		cur := strategy.WindowStart(now, sd.size)
+		for back := range sd.depth {
+			fn(sd.size, cur.Add(-time.Duration(back)*sd.size))
+		}
 	}
 }
 
 // getKeys reads q.Keys with pipelined HMGETs.
-func (s *Store) getKeys(ctx context.Context, q strategy.Query, sizes []time.Duration, yield func(strategy.Counter, error) bool) error {
+func (s *Store) getKeys(ctx context.Context, q strategy.Query, sizes []sizeDepth, yield func(strategy.Counter, error) bool) error {
 	type shardKeys struct {
 		tag  string
 		keys []string
@@ -156,7 +167,7 @@ func (s *Store) getKeys(ctx context.Context, q strategy.Query, sizes []time.Dura
 }
 
 // getAll reads every counter of the windows: HLEN, then HGETALL or HSCAN.
-func (s *Store) getAll(ctx context.Context, q strategy.Query, sizes []time.Duration, yield func(strategy.Counter, error) bool) error {
+func (s *Store) getAll(ctx context.Context, q strategy.Query, sizes []sizeDepth, yield func(strategy.Counter, error) bool) error {
 	var hashes []*hashRead
 	windows(sizes, q.Now, func(size time.Duration, start time.Time) {
 		for sh := range s.cfg.Shards {
@@ -343,10 +354,11 @@ func (s *Store) GetWindow(ctx context.Context, namespace, key string, windowStar
 }
 
 // Purge does nothing but check its arguments: every window hash expires
-// Config.TTLMargin after it stops being a previous window, every bucket a
-// minute after it drains empty, and every lane record Config.LaneTTL after
-// its last use, by Redis TTL (see the package doc), so there is nothing
-// left for it to remove.
+// Config.TTLMargin after it stops being read, every bucket a minute after
+// it drains empty, every anchored window a minute after it closes, every
+// log a minute after its newest entry stops weighing, and every lane
+// record Config.LaneTTL after its last use, by Redis TTL (see the package
+// doc), so there is nothing left for it to remove.
 func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.Duration, now time.Time) error {
 	if err := ctx.Err(); err != nil {
 		return err

@@ -3,6 +3,8 @@ package redis
 import (
 	"strconv"
 	"strings"
+
+	"github.com/ratesync/ratesync/strategy"
 )
 
 // Key layout. With tag = "{" + Prefix + ":" + escaped namespace + ":" + shard + "}":
@@ -11,6 +13,10 @@ import (
 //	tag + ":lane:" + node                  last Seq applied for node in the shard
 //	tag + ":b:" + kind + ":" + window ms + ":" + key
 //	                                       one bucket of a key of the shard (bucket.go)
+//	tag + ":a:" + window ms + ":" + key    one anchored window: "at level"
+//	tag + ":l:" + window ms + ":" + key    one sliding log's entries: sorted set, score
+//	                                       and member "at:cost" per ms
+//	tag + ":ls:" + window ms + ":" + key   the same log's "newest sum"
 //	Prefix + ":layout"                     "v1 shards=N": the layout nodes agree on
 //
 // The namespace is escaped ('%', '{', '}' as %25, %7B, %7D) so that the tag
@@ -73,8 +79,9 @@ func windowKey(tag string, sizeMs, startMs int64) string {
 }
 
 // setKeys sets g.tag and g.keys: node's lane record in g's shard, the hash
-// of each window of g.wins, then each bucket of g.bkeys. The keys are those
-// of laneKey, windowKey and bucketKey, built in one string.
+// of each window of g.wins, then each key of g.bkeys (see the layout
+// above). The keys are those of laneKey, windowKey and bucketKey, and
+// those of anchored windows and logs, built in one string.
 func (s *Store) setKeys(g *group, node string) {
 	ns := escapeNamespace(g.ns)
 	var b strings.Builder
@@ -110,9 +117,18 @@ func (s *Store) setKeys(g *group, node string) {
 	}
 	for _, r := range g.bkeys {
 		tag()
-		b.WriteString(":b:")
-		b.Write(strconv.AppendUint(num[:0], uint64(r.kind), 10))
-		b.WriteByte(':')
+		switch {
+		case r.kind == strategy.KindAnchored:
+			b.WriteString(":a:")
+		case r.kind == strategy.KindLog && r.sum:
+			b.WriteString(":ls:")
+		case r.kind == strategy.KindLog:
+			b.WriteString(":l:")
+		default:
+			b.WriteString(":b:")
+			b.Write(strconv.AppendUint(num[:0], uint64(r.kind), 10))
+			b.WriteByte(':')
+		}
 		b.Write(strconv.AppendInt(num[:0], r.window, 10))
 		b.WriteByte(':')
 		b.WriteString(r.key)

@@ -3,11 +3,14 @@ package redis
 import (
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesync/ratesync/strategy"
 )
 
 func TestSeqArg(t *testing.T) {
@@ -81,23 +84,49 @@ func TestKeyLayout(t *testing.T) {
 func TestGroupKeys(t *testing.T) {
 	s := &Store{cfg: Config{Prefix: "rs", Shards: 1024}}
 	g := &group{ns: "a{p}i", shard: 1000, wins: []window{{60000, -120000}, {1000, 1700000000000}}}
-	g.bucket(bucketRef{"{user}:42", 4, 1000})
-	g.bucket(bucketRef{"}{", 255, 60000})
+	g.keyed("{user}:42", 4, 1000)
+	g.keyed("}{", 255, 60000)
+	if a := g.keyed("a", strategy.KindAnchored, 1000); a != 3 {
+		t.Fatalf("anchored window: number %d, want 3", a)
+	}
+	if l := g.keyed("{user}:42", strategy.KindLog, 1000); l != 4 {
+		t.Fatalf("log: number %d, want 4 (its sum 5)", l)
+	}
+	if l := g.keyed("{user}:42", strategy.KindLog, 1000); l != 4 || len(g.bkeys) != 5 {
+		t.Fatalf("the same log again: number %d and %d keys, want 4 and 5", l, len(g.bkeys))
+	}
 	s.setKeys(g, "api|node/1")
 	tag := s.tag(g.ns, g.shard)
 	want := []string{laneKey(tag, "api|node/1"), windowKey(tag, 60000, -120000), windowKey(tag, 1000, 1700000000000),
-		bucketKey(tag, 4, 1000, "{user}:42"), bucketKey(tag, 255, 60000, "}{")}
+		bucketKey(tag, 4, 1000, "{user}:42"), bucketKey(tag, 255, 60000, "}{"), keyedKey(tag, strategy.KindAnchored, 1000, "a", false),
+		keyedKey(tag, strategy.KindLog, 1000, "{user}:42", false), keyedKey(tag, strategy.KindLog, 1000, "{user}:42", true)}
 	if g.tag != tag || !slices.Equal(g.keys, want) {
 		t.Errorf("tag %q, keys %q; want %q, %q", g.tag, g.keys, tag, want)
 	}
-	if got := want[3]; got != tag+":b:4:1000:{user}:42" {
-		t.Errorf("bucketKey = %q", got)
+	for i, w := range map[int]string{3: ":b:4:1000:{user}:42", 5: ":a:1000:a", 6: ":l:1000:{user}:42", 7: ":ls:1000:{user}:42"} {
+		if got := want[i]; got != tag+w {
+			t.Errorf("key %d = %q, want %q", i, got, tag+w)
+		}
 	}
 	for _, k := range g.keys {
 		if got, want := hashedPart(k), tag[1:len(tag)-1]; got != want {
 			t.Errorf("key %q hashes by %q in Redis Cluster, want %q (the group's tag)", k, got, want)
 		}
 	}
+}
+
+// keyedKey returns the key of an anchored window (kind KindAnchored), or
+// of a log's entries or, with sum, its sum (KindLog), in tag's shard, as
+// the layout (keys.go) writes them.
+func keyedKey(tag string, kind uint8, windowMs int64, key string, sum bool) string {
+	part := ":a:"
+	if kind == strategy.KindLog {
+		part = ":l:"
+		if sum {
+			part = ":ls:"
+		}
+	}
+	return tag + part + strconv.FormatInt(windowMs, 10) + ":" + key
 }
 
 // hashedPart returns the part of key Redis Cluster hashes to find its slot:
@@ -147,14 +176,17 @@ type wrapped struct{ goredis.UniversalClient }
 func TestWindowTTL(t *testing.T) {
 	s := &Store{cfg: Config{TTLMargin: 5 * time.Second}}
 	for _, c := range []struct {
-		name                 string
-		start, size, now, ms int64
+		name                       string
+		start, size, span, now, ms int64
 	}{
-		{"start of the window", 60000, 60000, 60000, 125000},
-		{"end of its life as previous", 60000, 60000, 180000, 5000},
-		{"long gone: the margin", 60000, 60000, 10_000_000, 5000},
+		{"start of the window", 60000, 60000, 60000, 60000, 125000},
+		{"end of its life as previous", 60000, 60000, 60000, 180000, 5000},
+		{"long gone: the margin", 60000, 60000, 60000, 10_000_000, 5000},
+		{"a span below the size is the size", 60000, 60000, 0, 60000, 125000},
+		{"a sub-window of a 1h span", 60000, 60000, 3600000, 60000, 3665000},
+		{"read until its span slides past it", 60000, 1000, 60000, 121000, 5000},
 	} {
-		if got := s.windowTTL(c.start, c.size, c.now); got != c.ms {
+		if got := s.windowTTL(c.start, c.size, c.span, c.now); got != c.ms {
 			t.Errorf("%s: windowTTL = %d, want %d", c.name, got, c.ms)
 		}
 	}

@@ -15,7 +15,9 @@ import (
 
 // PushDiffs adds each diff of b to its counter, and each bucket diff to its
 // bucket (strategy.BucketAdd at the diff's At, with no regard to capacity),
-// at most once per (b.Node, b.Seq): one push.lua script per namespace shard
+// anchored window (strategy.AnchoredAdd at At) or log (strategy.Log.Add at
+// At, in its place among the entries, not trimmed), at most once per
+// (b.Node, b.Seq): one push.lua script per namespace shard
 // the batch touches, all in one pipelined round trip. A batch whose
 // (Node, Seq) was already applied (a retry after a lost reply) counts
 // nothing and returns nil. On an error, some shard groups may have been
@@ -46,6 +48,7 @@ type group struct {
 	runs  []run          // push: diffs by hash, in the order the script applies them
 	items []int          // check: the checks of the group, in order
 	ttls  []int64        // TTL of each hash, ms, parallel to wins (passed by pointer: no boxing)
+	spans []int64        // push: the longest Diff.Span (ms) of each hash's diffs, parallel to wins; nil while no diff has one above its size
 	args  argv           // ARGV of a script running this group alone
 	n     int            // diffs, bucket diffs or checks
 	nout  int            // values the group adds to the script's reply
@@ -146,6 +149,10 @@ func (s *Store) groups(diffs []strategy.Diff, buckets []strategy.BucketDiff, cou
 	for i, d := range diffs {
 		g := gr.of(d.Namespace, d.Key)
 		h, added := g.hash(window{d.WindowSize.Milliseconds(), d.WindowStart.UnixMilli()})
+		if d.Span > d.WindowSize {
+			g.spans = append(g.spans, make([]int64, len(g.wins)-len(g.spans))...)
+			g.spans[h-1] = max(g.spans[h-1], d.Span.Milliseconds())
+		}
 		switch {
 		case !count && added:
 			g.runs = append(g.runs, run{h: h}) // push mode: one run per hash, h == len(runs)
@@ -160,7 +167,7 @@ func (s *Store) groups(diffs []strategy.Diff, buckets []strategy.BucketDiff, cou
 	}
 	for i, d := range buckets {
 		g := gr.of(d.Namespace, d.Key)
-		g.bdiffs = append(g.bdiffs, bucketUse{i, g.bucket(bucketRef{d.Key, d.Kind, d.Window.Milliseconds()})})
+		g.bdiffs = append(g.bdiffs, bucketUse{i, g.keyed(d.Key, d.Kind, d.Window.Milliseconds())})
 	}
 	return gr.gs
 }
@@ -278,13 +285,17 @@ func (s *Store) encodePush(g *group, node string, seq any, ba *batchArgs, count 
 	s.setKeys(g, node)
 	g.ttls = make([]int64, m)
 	for k, w := range g.wins[:m] {
-		g.ttls[k] = s.windowTTL(w.start, w.size, now)
+		span := w.size
+		if k < len(g.spans) {
+			span = max(span, g.spans[k])
+		}
+		g.ttls[k] = s.windowTTL(w.start, w.size, span, now)
 	}
 	a := newArgv(seq, s.laneTTL, pushArgs(m, len(g.bdiffs), g.runs))
 	a.pushGroup(mode, len(g.keys), len(g.bdiffs), g.ttls)
 	for _, u := range g.bdiffs {
 		d, n := &ba.buckets[u.item], ba.nums
-		a.bucketDiff(len(g.wins)+u.b, n.intArg(d.At), n.floatArg(d.Cost), n.intArg(d.Window.Milliseconds()), n.floatArg(d.Rate))
+		a.keyedDiff(keyedType(d.Kind), len(g.wins)+u.b, n.intArg(d.At), n.floatArg(d.Cost), n.intArg(d.Window.Milliseconds()), n.floatArg(d.Rate))
 	}
 	g.n = 0
 	for _, r := range g.runs {

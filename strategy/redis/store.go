@@ -18,11 +18,35 @@
 //	{ratesync:api:3}:60000:1700000040000   hash: key -> count
 //	{ratesync:api:3}:lane:api|node-a/9f2c   last Seq applied for that node
 //	{ratesync:api:3}:b:4:1000:user:42       bucket (kind 4, window 1s) of key user:42
+//	{ratesync:api:3}:a:1000:user:42         anchored window (1s) of key user:42
+//	{ratesync:api:3}:l:1000:user:42         sliding log (1s) of key user:42: its entries
+//	{ratesync:api:3}:ls:1000:user:42        the same log's newest entry and sum
 //
 // A bucket (strategy.BucketStore) is one small string per (key, kind,
 // window) in the shard of its key: "at level rate" (see bucket.go), so the
 // scripts change it in the same slot and atomic step as the windows and
-// lane record of that shard.
+// lane record of that shard. An anchored window (strategy.KindAnchored) is
+// one such string too: "at level", the instant it opened and its count
+// (about 120 bytes with its key, by MEMORY USAGE on Redis 7.0).
+//
+// A sliding log (strategy.KindLog) is two keys of the same shard: a sorted
+// set of its entries, one member "at:cost" per millisecond that holds
+// hits (score at; the hits of one millisecond are merged into one member),
+// and a string "newest sum", the newest entry's instant and the sum of the
+// entries' costs, kept as strategy.Log keeps Sum so that every decision is
+// the memory store's, bit for bit. A check trims the entries that stopped
+// weighing (ZRANGEBYSCORE and ZREMRANGEBYSCORE up to now - window: each
+// entry is read and removed once) and adds its hit at its millisecond, so
+// it costs O(log n) in the n entries of the log, never a walk of them; a
+// denied check reads the oldest entries by rank, in chunks, only as far as
+// the request must wait (its RetryAt). A log holds at most one entry per
+// millisecond of its window that admitted hits (and no more entries than
+// its limit over the smallest cost), plus pushed entries not yet trimmed:
+// about 30 to 50 bytes an entry up to 128 entries (a listpack), about 130
+// beyond (a skiplist), and some 120 bytes for the sum's key: a log of
+// 10,000 entries takes some 1.3 MB. Precision limits use the windows'
+// hashes: the sub-windows of size Precision are the namespace's windows of
+// that size, read Depth deep.
 //
 // # At most once
 //
@@ -58,11 +82,20 @@
 //
 // A window hash of size S starting at T expires TTLMargin after T + 2S, by
 // the pushing node's clock (relative PEXPIRE, so the server's clock does not
-// matter), and at least TTLMargin after each push. A lane record expires
+// matter), and at least TTLMargin after each push. A window read over a
+// longer span W (a diff's Span, the sub-windows of a check's precision
+// limit) lasts until T + S + W + TTLMargin instead. A write never shortens
+// a hash's TTL (PTTL, then PEXPIRE when the TTL it needs is longer): the
+// keys of a shard share their window's hash, whatever the spans they are
+// read over. A lane record expires
 // LaneTTL after the last batch it recorded, so the records of departed nodes
 // go by themselves. A bucket expires a minute after it drains empty, by the
 // clock of the request that last changed it (relative PX again): the same
-// as holding it empty. Purge therefore has nothing to do.
+// as holding it empty. An anchored window expires a minute after it closes,
+// a log's two keys a minute after its newest entry stops weighing, by the
+// same clock: an idle key costs nothing. A log whose entries all stopped
+// weighing loses both keys at its next check. Purge therefore has nothing
+// to do.
 //
 // # Redis restarted empty
 //
@@ -363,9 +396,11 @@ func checkFinite(what, field string, v float64) error {
 }
 
 // windowTTL returns the TTL, in ms, of the window of size starting at
-// start, as of now (all in ms): until start + 2 size + margin, and at least
-// margin.
-func (s *Store) windowTTL(start, size, now int64) int64 {
+// start, read in sliding windows of up to span (strategy.Diff.Span; at
+// least size), as of now (all in ms): until start + size + span + margin,
+// the end of the last span that reads it plus the margin, and at least
+// margin. A plain window (span = size) lives until start + 2 size + margin.
+func (s *Store) windowTTL(start, size, span, now int64) int64 {
 	margin := s.cfg.TTLMargin.Milliseconds()
-	return max(start+2*size+margin-now, margin)
+	return max(start+size+max(span, size)+margin-now, margin)
 }
