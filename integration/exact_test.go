@@ -54,3 +54,51 @@ func TestStoresDecideAsTheReference(t *testing.T) {
 		})
 	}
 }
+
+// TestStoresDecideEveryAlgorithmAsTheReference runs random traces that mix
+// anchored windows, sliding logs and precision limits with windows and
+// buckets, one to four limits a request, through a node whose namespaces
+// are synchronous (every algorithm, decided by the store) and periodic
+// (every one but anchored windows and logs, pushed and read back after
+// each step), on Redis and PostgreSQL, and compares every field of every
+// decision with the reference model.
+func TestStoresDecideEveryAlgorithmAsTheReference(t *testing.T) {
+	traces := 40
+	if testing.Short() {
+		traces = 8
+	}
+	kinds := map[time.Duration][]refmodel.Kind{
+		namespace.Synchronous: {refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Anchored, refmodel.Log, refmodel.Precision},
+		time.Hour:             {refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Precision},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			store := st.open(t)
+			var ms atomic.Int64
+			ms.Store(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
+			in := ratelimiting.NewInstance(t.Name(), ratelimiting.WithClock(func() time.Time { return time.UnixMilli(ms.Load()) }))
+			t.Cleanup(func() { _ = in.Close(context.Background()) })
+			advance := func(d time.Duration) int64 { return ms.Add(d.Milliseconds()) }
+			for seed := range traces {
+				for _, rate := range []time.Duration{namespace.Synchronous, time.Hour} {
+					ns := fmt.Sprintf("every-%d-%v", seed, rate)
+					cfg := namespace.Config{Name: ns, SyncRate: rate, Strategy: store, WindowSizes: refmodel.Windows}
+					if err := in.New(cfg); err != nil {
+						t.Fatal(err)
+					}
+					var sync func()
+					if rate > 0 {
+						sync = func() {
+							if err := in.Sync(context.Background(), ns); err != nil {
+								t.Fatalf("Sync: %v", err)
+							}
+						}
+					}
+					r := rand.New(rand.NewPCG(uint64(seed), 8))
+					ms.Add(r.Int64N(3_600_000))
+					refmodel.Run(t, in, advance, ns, "k", refmodel.Mix{Kinds: kinds[rate], Most: 4, Probes: true, Subsets: seed%2 == 1}.Trace(r, 120), sync)
+				}
+			}
+		})
+	}
+}

@@ -86,3 +86,49 @@ func TestARequestThatFitsExactlyPasses(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryAlgorithmMatchesTheReference runs random traces that mix
+// anchored windows, sliding logs and precision limits with windows and
+// buckets, one to four limits a request, and compares every field of every
+// decision with the reference model: local-only and synchronous
+// namespaces take every algorithm; periodic ones (pushed and read back
+// after each step) every one but anchored windows and logs, which they
+// refuse.
+func TestEveryAlgorithmMatchesTheReference(t *testing.T) {
+	all := []refmodel.Kind{refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Anchored, refmodel.Log, refmodel.Precision}
+	modes := []struct {
+		name  string
+		cfg   func() namespace.Config
+		sync  bool
+		kinds []refmodel.Kind
+	}{
+		{"local", func() namespace.Config { return local("ns", refmodel.Windows...) }, false, all},
+		{"synchronous", func() namespace.Config { return synced("ns", namespace.Synchronous, memory.New(), refmodel.Windows...) }, false, all},
+		{"periodic", func() namespace.Config { return synced("ns", time.Hour, memory.New(), refmodel.Windows...) }, true, []refmodel.Kind{refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Precision}},
+	}
+	traces := 150
+	if testing.Short() {
+		traces = 30
+	}
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			for seed := range traces {
+				r := rand.New(rand.NewPCG(uint64(seed), 13))
+				clk := newClock(t0.Add(time.Duration(r.Int64N(3_600_000)) * time.Millisecond))
+				in := ratelimiting.NewInstance(fmt.Sprint(t.Name(), seed), ratelimiting.WithClock(clk.Now), quiet)
+				mustNew(t, in, mode.cfg())
+				var sync func()
+				if mode.sync {
+					sync = func() {
+						if err := in.Sync(context.Background(), "ns"); err != nil {
+							t.Fatalf("Sync: %v", err)
+						}
+					}
+				}
+				advance := func(d time.Duration) int64 { clk.Advance(d); return clk.Now().UnixMilli() }
+				refmodel.Run(t, in, advance, "ns", "k", refmodel.Mix{Kinds: mode.kinds, Most: 4, Probes: true, Subsets: seed%2 == 1}.Trace(r, 200), sync)
+				_ = in.Close(context.Background())
+			}
+		})
+	}
+}
