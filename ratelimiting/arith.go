@@ -124,7 +124,15 @@ func bucketLimitState(out *LimitState, l *Limit, before, after *bucketState, cos
 // bucketRemaining returns the largest whole cost n >= 0 that fits a bucket
 // of capacity burst at level lvl (strategy.BucketFits), 0 when none does.
 func bucketRemaining(lvl, burst float64, window int64) float64 {
-	return wholeFit(func(n float64) bool { return strategy.BucketFits(lvl, n, burst, window) }, math.Floor(burst-lvl/float64(window)))
+	// wholeFit's search, written out: this is every bucket decision's path.
+	n := max(0, math.Floor(burst-lvl/float64(window)))
+	for i := 0; i < 64 && n > 0 && !strategy.BucketFits(lvl, n, burst, window); i++ {
+		n--
+	}
+	for i := 0; i < 64 && n+1 != n && strategy.BucketFits(lvl, n+1, burst, window); i++ {
+		n++
+	}
+	return n
 }
 
 // emptyIn returns the least d at which the bucket, at level lvl at now,

@@ -169,6 +169,13 @@ func cached[T any](list *atomic.Pointer[[]*T], match func(*T) bool, mk func() *T
 // the tables used so far, and the dict's lookup the first time.
 func (n *ns) bucketTable(kind uint8, window time.Duration, now int64) *shm.Buckets {
 	w := window.Milliseconds()
+	if ts := n.tables.Load(); ts != nil { // the hot path, written out
+		for _, t := range *ts {
+			if t.Kind() == kind && t.Window() == w {
+				return t
+			}
+		}
+	}
 	return cached(&n.tables, func(t *shm.Buckets) bool { return t.Kind() == kind && t.Window() == w }, func() *shm.Buckets {
 		return n.dict.Buckets(n.cfg.Name, kind, window, n.cfg.Local(), now, n.live)
 	})
