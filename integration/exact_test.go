@@ -19,6 +19,13 @@ import (
 // step), on Redis and PostgreSQL, and compares every decision with the
 // reference model's exact arithmetic.
 func TestStoresDecideAsTheReference(t *testing.T) {
+	storesMatch(t, "exact", 7, func(r *rand.Rand, _ int, _ time.Duration) []refmodel.Step { return refmodel.Trace(r, 120) })
+}
+
+// storesMatch runs random traces (stream seeding each trace's generator)
+// through synchronous and periodic namespaces (named prefix-seed-rate) on
+// each store, comparing every decision with the reference model.
+func storesMatch(t *testing.T, prefix string, stream uint64, draw func(r *rand.Rand, seed int, rate time.Duration) []refmodel.Step) {
 	traces := 40
 	if testing.Short() {
 		traces = 8
@@ -33,7 +40,7 @@ func TestStoresDecideAsTheReference(t *testing.T) {
 			advance := func(d time.Duration) int64 { return ms.Add(d.Milliseconds()) }
 			for seed := range traces {
 				for _, rate := range []time.Duration{namespace.Synchronous, time.Hour} {
-					ns := fmt.Sprintf("exact-%d-%v", seed, rate)
+					ns := fmt.Sprintf("%s-%d-%v", prefix, seed, rate)
 					cfg := namespace.Config{Name: ns, SyncRate: rate, Strategy: store, WindowSizes: refmodel.Windows}
 					if err := in.New(cfg); err != nil {
 						t.Fatal(err)
@@ -46,9 +53,9 @@ func TestStoresDecideAsTheReference(t *testing.T) {
 							}
 						}
 					}
-					r := rand.New(rand.NewPCG(uint64(seed), 7))
+					r := rand.New(rand.NewPCG(uint64(seed), stream))
 					ms.Add(r.Int64N(3_600_000))
-					refmodel.Run(t, in, advance, ns, "k", refmodel.Trace(r, 120), sync)
+					refmodel.Run(t, in, advance, ns, "k", draw(r, seed, rate), sync)
 				}
 			}
 		})
@@ -63,42 +70,11 @@ func TestStoresDecideAsTheReference(t *testing.T) {
 // each step), on Redis and PostgreSQL, and compares every field of every
 // decision with the reference model.
 func TestStoresDecideEveryAlgorithmAsTheReference(t *testing.T) {
-	traces := 40
-	if testing.Short() {
-		traces = 8
-	}
 	kinds := map[time.Duration][]refmodel.Kind{
 		namespace.Synchronous: {refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Anchored, refmodel.Log, refmodel.Precision},
 		time.Hour:             {refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Precision},
 	}
-	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			store := st.open(t)
-			var ms atomic.Int64
-			ms.Store(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli())
-			in := ratelimiting.NewInstance(t.Name(), ratelimiting.WithClock(func() time.Time { return time.UnixMilli(ms.Load()) }))
-			t.Cleanup(func() { _ = in.Close(context.Background()) })
-			advance := func(d time.Duration) int64 { return ms.Add(d.Milliseconds()) }
-			for seed := range traces {
-				for _, rate := range []time.Duration{namespace.Synchronous, time.Hour} {
-					ns := fmt.Sprintf("every-%d-%v", seed, rate)
-					cfg := namespace.Config{Name: ns, SyncRate: rate, Strategy: store, WindowSizes: refmodel.Windows}
-					if err := in.New(cfg); err != nil {
-						t.Fatal(err)
-					}
-					var sync func()
-					if rate > 0 {
-						sync = func() {
-							if err := in.Sync(context.Background(), ns); err != nil {
-								t.Fatalf("Sync: %v", err)
-							}
-						}
-					}
-					r := rand.New(rand.NewPCG(uint64(seed), 8))
-					ms.Add(r.Int64N(3_600_000))
-					refmodel.Run(t, in, advance, ns, "k", refmodel.Mix{Kinds: kinds[rate], Most: 4, Probes: true, Subsets: seed%2 == 1}.Trace(r, 120), sync)
-				}
-			}
-		})
-	}
+	storesMatch(t, "every", 8, func(r *rand.Rand, seed int, rate time.Duration) []refmodel.Step {
+		return refmodel.Mix{Kinds: kinds[rate], Most: 4, Probes: true, Subsets: seed%2 == 1}.Trace(r, 120)
+	})
 }

@@ -18,14 +18,24 @@ import (
 // decision with the reference model's exact arithmetic: allowed, each
 // limit's verdict, Remaining and RetryAfter to the millisecond.
 func TestDecisionsMatchTheReference(t *testing.T) {
+	all := []refmodel.Kind{refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky}
+	matchReference(t, 12, all, all, func(r *rand.Rand, _ int, _ []refmodel.Kind) []refmodel.Step { return refmodel.Trace(r, 200) })
+}
+
+// matchReference runs random traces (drawn from the given kinds, stream
+// seeding each trace's generator) through local-only, synchronous and
+// periodic namespaces on the memory store, comparing every decision with
+// the reference model; periodic namespaces take the kinds of periodic.
+func matchReference(t *testing.T, stream uint64, all, periodic []refmodel.Kind, draw func(r *rand.Rand, seed int, kinds []refmodel.Kind) []refmodel.Step) {
 	modes := []struct {
-		name string
-		cfg  func() namespace.Config
-		sync bool
+		name  string
+		cfg   func() namespace.Config
+		sync  bool
+		kinds []refmodel.Kind
 	}{
-		{"local", func() namespace.Config { return local("ns", refmodel.Windows...) }, false},
-		{"synchronous", func() namespace.Config { return synced("ns", namespace.Synchronous, memory.New(), refmodel.Windows...) }, false},
-		{"periodic", func() namespace.Config { return synced("ns", time.Hour, memory.New(), refmodel.Windows...) }, true},
+		{"local", func() namespace.Config { return local("ns", refmodel.Windows...) }, false, all},
+		{"synchronous", func() namespace.Config { return synced("ns", namespace.Synchronous, memory.New(), refmodel.Windows...) }, false, all},
+		{"periodic", func() namespace.Config { return synced("ns", time.Hour, memory.New(), refmodel.Windows...) }, true, periodic},
 	}
 	traces := 150
 	if testing.Short() {
@@ -34,7 +44,7 @@ func TestDecisionsMatchTheReference(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.name, func(t *testing.T) {
 			for seed := range traces {
-				r := rand.New(rand.NewPCG(uint64(seed), 12))
+				r := rand.New(rand.NewPCG(uint64(seed), stream))
 				clk := newClock(t0.Add(time.Duration(r.Int64N(3_600_000)) * time.Millisecond))
 				in := ratelimiting.NewInstance(fmt.Sprint(t.Name(), seed), ratelimiting.WithClock(clk.Now), quiet)
 				mustNew(t, in, mode.cfg())
@@ -47,7 +57,7 @@ func TestDecisionsMatchTheReference(t *testing.T) {
 					}
 				}
 				advance := func(d time.Duration) int64 { clk.Advance(d); return clk.Now().UnixMilli() }
-				refmodel.Run(t, in, advance, "ns", "k", refmodel.Trace(r, 200), sync)
+				refmodel.Run(t, in, advance, "ns", "k", draw(r, seed, mode.kinds), sync)
 				_ = in.Close(context.Background())
 			}
 		})
@@ -96,39 +106,8 @@ func TestARequestThatFitsExactlyPasses(t *testing.T) {
 // refuse.
 func TestEveryAlgorithmMatchesTheReference(t *testing.T) {
 	all := []refmodel.Kind{refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Anchored, refmodel.Log, refmodel.Precision}
-	modes := []struct {
-		name  string
-		cfg   func() namespace.Config
-		sync  bool
-		kinds []refmodel.Kind
-	}{
-		{"local", func() namespace.Config { return local("ns", refmodel.Windows...) }, false, all},
-		{"synchronous", func() namespace.Config { return synced("ns", namespace.Synchronous, memory.New(), refmodel.Windows...) }, false, all},
-		{"periodic", func() namespace.Config { return synced("ns", time.Hour, memory.New(), refmodel.Windows...) }, true, []refmodel.Kind{refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Precision}},
-	}
-	traces := 150
-	if testing.Short() {
-		traces = 30
-	}
-	for _, mode := range modes {
-		t.Run(mode.name, func(t *testing.T) {
-			for seed := range traces {
-				r := rand.New(rand.NewPCG(uint64(seed), 13))
-				clk := newClock(t0.Add(time.Duration(r.Int64N(3_600_000)) * time.Millisecond))
-				in := ratelimiting.NewInstance(fmt.Sprint(t.Name(), seed), ratelimiting.WithClock(clk.Now), quiet)
-				mustNew(t, in, mode.cfg())
-				var sync func()
-				if mode.sync {
-					sync = func() {
-						if err := in.Sync(context.Background(), "ns"); err != nil {
-							t.Fatalf("Sync: %v", err)
-						}
-					}
-				}
-				advance := func(d time.Duration) int64 { clk.Advance(d); return clk.Now().UnixMilli() }
-				refmodel.Run(t, in, advance, "ns", "k", refmodel.Mix{Kinds: mode.kinds, Most: 4, Probes: true, Subsets: seed%2 == 1}.Trace(r, 200), sync)
-				_ = in.Close(context.Background())
-			}
-		})
-	}
+	periodic := []refmodel.Kind{refmodel.Sliding, refmodel.Fixed, refmodel.Token, refmodel.Leaky, refmodel.Precision}
+	matchReference(t, 13, all, periodic, func(r *rand.Rand, seed int, kinds []refmodel.Kind) []refmodel.Step {
+		return refmodel.Mix{Kinds: kinds, Most: 4, Probes: true, Subsets: seed%2 == 1}.Trace(r, 200)
+	})
 }
