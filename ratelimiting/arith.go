@@ -210,11 +210,25 @@ func msGuess(v float64) int64 {
 }
 
 // spanLimitState writes the LimitState of precision limit l, on span s
-// of the plan, into out, which must be zero: the counts of the span's
-// sub-windows are read again, after the decision.
+// of the plan, into out, which must be zero. A request that passed and
+// left hits in the current sub-window needs only the counts read before
+// it (s.mid, s.old: the executors keep them current); otherwise the
+// span's sub-windows are read again, after the decision, each on its own.
 func (p *plan) spanLimitState(out *LimitState, l *Limit, s *sgroup, key string, allowed bool) {
 	g := &p.groups[s.g]
 	size := g.sr.Size()
+	out.Limit = *l
+	if allowed && g.cur > 0 {
+		// The common case needs no sub-window but the current one: the
+		// span's older counts are the ones read (mid, old), and its hits
+		// weigh until now - span passes the current sub-window's end.
+		ws := windowState{cur: g.cur + s.mid, prev: s.old, size: size, e: g.e}
+		out.Rate = ws.cur + s.old*weight(g.e, 0, size)
+		out.Remaining = windowRemaining(&ws, l.Limit, math.Floor(l.Limit-out.Rate), false)
+		out.Reset = ms(size - g.e + s.span)
+		out.Allowed = true
+		return
+	}
 	var buf [MaxPrecisionWindows + 1]float64
 	counts := buf[:s.span/size+1]
 	counts[0] = g.cur
@@ -228,7 +242,6 @@ func (p *plan) spanLimitState(out *LimitState, l *Limit, s *sgroup, key string, 
 	}
 	cur, old := strategy.SpanParts(counts)
 	ws := windowState{cur: cur, prev: old, size: size, e: g.e}
-	out.Limit = *l
 	out.Rate = cur + old*weight(g.e, 0, size)
 	out.Remaining = windowRemaining(&ws, l.Limit, math.Floor(l.Limit-out.Rate), false)
 	for i, c := range counts {

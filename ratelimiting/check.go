@@ -397,6 +397,13 @@ func (p *plan) read(key string) {
 			g.prev = w.Value(key)
 		}
 	}
+	p.readSpans(key)
+}
+
+// readSpans reads each span's sub-windows before its group's current one:
+// their counts summed from the newest (mid), and the oldest one's.
+func (p *plan) readSpans(key string) {
+	now := p.now
 	for i := range p.spans {
 		s := &p.spans[i]
 		s.mid, s.old = 0, 0

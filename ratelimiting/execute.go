@@ -344,6 +344,7 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string
 			}
 		}
 	}
+	p.readSpans(key) // the store's answer is in the view now
 	return res.Allowed, true, nil
 }
 
