@@ -140,17 +140,11 @@ type ns struct {
 	logs   atomic.Pointer[[]*shm.Keyed[strategy.Log]]
 }
 
-// cached returns the table of *list that match accepts, or when none does,
-// the one made by mk, added to the list: a scan of the tables used so far,
-// and the dict's lookup (which locks) the first time.
-func cached[T any](list *atomic.Pointer[[]*T], match func(*T) bool, mk func() *T) *T {
-	if ts := list.Load(); ts != nil {
-		for _, t := range *ts {
-			if match(t) {
-				return t
-			}
-		}
-	}
+// register returns the table mk makes, added to *list: the lookup of a
+// table the namespace has not used yet (the dict's, which locks). Callers
+// scan the list first, without a lock; two that race may both add the
+// dict's one table, which only lengthens the scan.
+func register[T any](list *atomic.Pointer[[]*T], mk func() *T) *T {
 	t := mk()
 	for {
 		old := list.Load()
@@ -169,14 +163,14 @@ func cached[T any](list *atomic.Pointer[[]*T], match func(*T) bool, mk func() *T
 // the tables used so far, and the dict's lookup the first time.
 func (n *ns) bucketTable(kind uint8, window time.Duration, now int64) *shm.Buckets {
 	w := window.Milliseconds()
-	if ts := n.tables.Load(); ts != nil { // the hot path, written out
+	if ts := n.tables.Load(); ts != nil {
 		for _, t := range *ts {
 			if t.Kind() == kind && t.Window() == w {
 				return t
 			}
 		}
 	}
-	return cached(&n.tables, func(t *shm.Buckets) bool { return t.Kind() == kind && t.Window() == w }, func() *shm.Buckets {
+	return register(&n.tables, func() *shm.Buckets {
 		return n.dict.Buckets(n.cfg.Name, kind, window, n.cfg.Local(), now, n.live)
 	})
 }

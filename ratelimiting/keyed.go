@@ -79,14 +79,14 @@ func (n *ns) keyedAllowed(a Algorithm) error {
 // logs of window.
 func (n *ns) anchoredTable(window time.Duration) *shm.Keyed[strategy.BucketState] {
 	w := window.Milliseconds()
-	if ts := n.anchs.Load(); ts != nil { // the hot path, written out
+	if ts := n.anchs.Load(); ts != nil {
 		for _, t := range *ts {
 			if t.Window() == w {
 				return t
 			}
 		}
 	}
-	return cached(&n.anchs, func(t *shm.Keyed[strategy.BucketState]) bool { return t.Window() == w }, func() *shm.Keyed[strategy.BucketState] {
+	return register(&n.anchs, func() *shm.Keyed[strategy.BucketState] {
 		return shm.KeyedTable(n.dict, n.cfg.Name, strategy.KindAnchored, window, n.cfg.Local(), n.live, func(s *strategy.BucketState, now int64) bool {
 			return strategy.AnchoredCount(*s, w, now) == 0
 		})
@@ -95,14 +95,14 @@ func (n *ns) anchoredTable(window time.Duration) *shm.Keyed[strategy.BucketState
 
 func (n *ns) logTable(window time.Duration) *shm.Keyed[strategy.Log] {
 	w := window.Milliseconds()
-	if ts := n.logs.Load(); ts != nil { // the hot path, written out
+	if ts := n.logs.Load(); ts != nil {
 		for _, t := range *ts {
 			if t.Window() == w {
 				return t
 			}
 		}
 	}
-	return cached(&n.logs, func(t *shm.Keyed[strategy.Log]) bool { return t.Window() == w }, func() *shm.Keyed[strategy.Log] {
+	return register(&n.logs, func() *shm.Keyed[strategy.Log] {
 		return shm.KeyedTable(n.dict, n.cfg.Name, strategy.KindLog, window, n.cfg.Local(), n.live, func(s *strategy.Log, now int64) bool {
 			s.Trim(now, w)
 			return len(s.Entries) == 0

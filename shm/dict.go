@@ -234,7 +234,7 @@ func (d *Dict) sweep(now int64) int {
 		removed += t.Expire(now)
 	}
 	for _, t := range d.allKeyed() {
-		removed += t.expire(now)
+		removed += t.Expire(now)
 	}
 	need := d.entries.Load() - int64(lowMark*float64(d.capacity.Load()))
 	if need <= 0 {

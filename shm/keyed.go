@@ -52,7 +52,7 @@ type Hit struct {
 
 // keyedTable is what a dict does with a Keyed table of any state type.
 type keyedTable interface {
-	expire(now int64) int
+	Expire(now int64) int
 	removeAll()
 }
 
@@ -209,9 +209,9 @@ func (t *Keyed[S]) added(n int64) {
 	}
 }
 
-// expire drops the slots whose state is idle at now and that hold no
+// Expire drops the slots whose state is idle at now and that hold no
 // pending hit. It returns the number dropped.
-func (t *Keyed[S]) expire(now int64) int {
+func (t *Keyed[S]) Expire(now int64) int {
 	n := 0
 	t.m.Range(func(k string, s *Slot[S]) bool {
 		if !s.TryLock() {
@@ -231,9 +231,6 @@ func (t *Keyed[S]) expire(now int64) int {
 	})
 	return n
 }
-
-// Expire is expire, for callers outside the dict's sweep.
-func (t *Keyed[S]) Expire(now int64) int { return t.expire(now) }
 
 // removeAll retires the table and drops every slot.
 func (t *Keyed[S]) removeAll() {
