@@ -6,6 +6,7 @@
 package rls
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -74,10 +75,39 @@ type RateLimit struct {
 	Replaces        []string // names of rules this one replaces in a request
 	ShadowMode      bool
 	DetailedMetric  bool
+	QuotaMode       bool
 	// FullKey is the rule's place in the configuration: the domain and
 	// each level's key (key_value when the level has a value), dotted.
 	FullKey string
+	// Algorithm and Burst are ratesync's extension keys of a rate_limit:
+	// with an algorithm the rule is decided by ratesync's limiter (a
+	// denied request is not counted); without one it is upstream's fixed
+	// window (every request counted).
+	Algorithm Algorithm
+	Burst     float64
+	// Source is where the rule is written: "file:line".
+	Source string
 }
+
+// Algorithm is the extension key "algorithm" of a rate_limit.
+type Algorithm string
+
+// The algorithms a rate_limit may name, as ratesync's node spells them;
+// "" is upstream's fixed window.
+const (
+	Upstream    Algorithm = ""
+	Sliding     Algorithm = "sliding"
+	Fixed       Algorithm = "fixed"
+	Anchored    Algorithm = "anchored"
+	SlidingLog  Algorithm = "sliding_log"
+	TokenBucket Algorithm = "token_bucket"
+	LeakyBucket Algorithm = "leaky_bucket"
+)
+
+var algorithms = []Algorithm{Sliding, Fixed, Anchored, SlidingLog, TokenBucket, LeakyBucket}
+
+// Bucket reports whether a is a token or leaky bucket.
+func (a Algorithm) Bucket() bool { return a == TokenBucket || a == LeakyBucket }
 
 // Entry is one entry of a request's descriptor.
 type Entry struct {
@@ -96,9 +126,9 @@ type Config struct {
 type level struct {
 	children  map[string]*level
 	wildcards []wildcard
-	limit     *RateLimit
-	share     bool   // share_threshold
-	pattern   string // the wildcard key, when share
+	limits    []*RateLimit // rate_limit, then the extension's rate_limits
+	share     bool         // share_threshold
+	pattern   string       // the wildcard key, when share
 }
 
 type wildcard struct {
@@ -132,7 +162,12 @@ var validKeys = map[string]bool{
 	"domain": true, "key": true, "value": true, "descriptors": true, "rate_limit": true, "unit": true,
 	"requests_per_unit": true, "unlimited": true, "shadow_mode": true, "quota_mode": true, "name": true,
 	"replaces": true, "detailed_metric": true, "value_to_metric": true, "share_threshold": true, "metadata": true,
+	// ratesync's extensions, which upstream refuses.
+	"rate_limits": true, "algorithm": true, "burst": true,
 }
+
+// extensionKeys are the keys ratesync reads beyond upstream's, and where.
+var extensionKeys = map[string]string{"rate_limits": "descriptor", "algorithm": "rate_limit", "burst": "rate_limit"}
 
 // LoadPath loads a file, or every .yaml and .yml file of a directory (in
 // name order), as one configuration.
@@ -186,8 +221,10 @@ type yamlRoot struct {
 type yamlDescriptor struct {
 	Key            string
 	Value          string
-	RateLimit      *yamlRateLimit `yaml:"rate_limit"`
+	RateLimit      *yamlRateLimit  `yaml:"rate_limit"`
+	RateLimits     []yamlRateLimit `yaml:"rate_limits"`
 	Descriptors    []yamlDescriptor
+	QuotaMode      bool `yaml:"quota_mode"`
 	ShadowMode     bool `yaml:"shadow_mode"`
 	DetailedMetric bool `yaml:"detailed_metric"`
 	ShareThreshold bool `yaml:"share_threshold"`
@@ -200,6 +237,9 @@ type yamlRateLimit struct {
 	Unlimited       bool
 	Name            string
 	Replaces        []struct{ Name string }
+	Algorithm       string
+	Burst           *float64
+	line            int
 }
 
 func (c *Config) load(f File) error {
@@ -215,7 +255,7 @@ func (c *Config) load(f File) error {
 	if root.Kind != yaml.MappingNode {
 		return bad(root.Line, "error loading config file: the file must hold a mapping")
 	}
-	if err := validateKeys(root, bad); err != nil {
+	if err := validateKeys(root, "", bad); err != nil {
 		return err
 	}
 	var y yamlRoot
@@ -230,24 +270,37 @@ func (c *Config) load(f File) error {
 		return bad(root.Line, fmt.Sprintf("duplicate domain '%s' in config file", y.Domain))
 	}
 	d := &level{children: map[string]*level{}}
-	if err := d.load(y.Domain+".", y.Descriptors, bad); err != nil {
+	if err := d.load(f.Name, y.Domain+".", y.Descriptors, bad); err != nil {
 		return err
 	}
 	c.domains[y.Domain] = d
 	return nil
 }
 
-// lines sets each descriptor's line from the node it was decoded from.
+// lines sets each descriptor's line, and its rules', from the nodes they
+// were decoded from.
 func lines(n *yaml.Node, ds []yamlDescriptor) {
 	list := child(n, "descriptors")
 	if list == nil || list.Kind != yaml.SequenceNode {
 		return
 	}
 	for i := range ds {
-		if i < len(list.Content) {
-			ds[i].line = list.Content[i].Line
-			lines(list.Content[i], ds[i].Descriptors)
+		if i >= len(list.Content) {
+			break
 		}
+		d := list.Content[i]
+		ds[i].line = d.Line
+		if r := child(d, "rate_limit"); r != nil && ds[i].RateLimit != nil {
+			ds[i].RateLimit.line = r.Line
+		}
+		if rs := child(d, "rate_limits"); rs != nil {
+			for j := range ds[i].RateLimits {
+				if j < len(rs.Content) {
+					ds[i].RateLimits[j].line = rs.Content[j].Line
+				}
+			}
+		}
+		lines(d, ds[i].Descriptors)
 	}
 }
 
@@ -261,8 +314,10 @@ func child(n *yaml.Node, key string) *yaml.Node {
 }
 
 // validateKeys refuses the keys envoyproxy/ratelimit refuses, and lists of
-// anything but mappings, as it does.
-func validateKeys(n *yaml.Node, bad func(int, string) error) error {
+// anything but mappings, as it does; ratesync's extension keys only where
+// they belong. in is what n is: "descriptor" or "rate_limit" ("" for
+// anything else).
+func validateKeys(n *yaml.Node, in string, bad func(int, string) error) error {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
@@ -271,8 +326,18 @@ func validateKeys(n *yaml.Node, bad func(int, string) error) error {
 		if !validKeys[k.Value] {
 			return bad(k.Line, fmt.Sprintf("config error, unknown key '%s'", k.Value))
 		}
+		if where, ext := extensionKeys[k.Value]; ext && where != in {
+			return bad(k.Line, fmt.Sprintf("config error, key '%s' belongs in a %s (a ratesync extension)", k.Value, where))
+		}
 		if k.Value == "metadata" {
 			continue
+		}
+		inner := ""
+		switch k.Value {
+		case "descriptors":
+			inner = "descriptor"
+		case "rate_limit", "rate_limits":
+			inner = "rate_limit"
 		}
 		switch v.Kind {
 		case yaml.SequenceNode:
@@ -280,17 +345,24 @@ func validateKeys(n *yaml.Node, bad func(int, string) error) error {
 				if e.Kind != yaml.MappingNode {
 					return bad(e.Line, fmt.Sprintf("config error, yaml file contains list of type other than map: %v", e.Value))
 				}
-				if err := validateKeys(e, bad); err != nil {
+				if err := validateKeys(e, inner, bad); err != nil {
 					return err
 				}
 			}
 		case yaml.MappingNode:
-			if err := validateKeys(v, bad); err != nil {
+			if k.Value == "rate_limits" {
+				return bad(v.Line, "config error, rate_limits must be a list of rate_limit mappings (a ratesync extension)")
+			}
+			if err := validateKeys(v, inner, bad); err != nil {
 				return err
 			}
 		case yaml.ScalarNode:
 			switch v.Tag {
 			case "!!str", "!!int", "!!bool", "!!null":
+			case "!!float":
+				if k.Value != "burst" { // upstream takes no fraction; a burst may have one
+					return bad(v.Line, "error checking config")
+				}
 			default:
 				return bad(v.Line, "error checking config")
 			}
@@ -300,7 +372,7 @@ func validateKeys(n *yaml.Node, bad func(int, string) error) error {
 }
 
 // load loads descriptors under l, parent being their parents' full key.
-func (l *level) load(parent string, ds []yamlDescriptor, bad func(int, string) error) error {
+func (l *level) load(file, parent string, ds []yamlDescriptor, bad func(int, string) error) error {
 	for _, d := range ds {
 		if d.Key == "" {
 			return bad(d.line, "descriptor has empty key")
@@ -314,28 +386,27 @@ func (l *level) load(parent string, ds []yamlDescriptor, bad func(int, string) e
 			return bad(d.line, fmt.Sprintf("duplicate descriptor composite key '%s'", full))
 		}
 		next := &level{children: map[string]*level{}}
-		if r := d.RateLimit; r != nil {
-			unit, valid := unitNames[strings.ToUpper(r.Unit)]
-			switch {
-			case r.Unlimited && valid:
-				return bad(d.line, "should not specify rate limit unit when unlimited")
-			case !r.Unlimited && !valid:
-				return bad(d.line, fmt.Sprintf("invalid rate limit unit '%s'", r.Unit))
+		rules := d.RateLimits
+		if d.RateLimit != nil {
+			if d.RateLimit.line == 0 {
+				d.RateLimit.line = d.line
 			}
-			rl := &RateLimit{
-				RequestsPerUnit: r.RequestsPerUnit, Unit: unit, Unlimited: r.Unlimited, Name: r.Name,
-				ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, FullKey: full,
+			rules = append([]yamlRateLimit{*d.RateLimit}, rules...)
+		}
+		for _, r := range rules {
+			rl, err := r.rule(file, full, d, bad)
+			if err != nil {
+				return err
 			}
-			for _, rep := range r.Replaces {
-				switch {
-				case rep.Name == "":
-					return bad(d.line, "should not have an empty replaces entry")
-				case rep.Name == r.Name:
-					return bad(d.line, "replaces should not contain name of same descriptor")
+			if rl.Unlimited && len(rules) > 1 {
+				return bad(r.line, "an unlimited rate_limit cannot be combined with rate_limits (a ratesync extension)")
+			}
+			for _, prev := range next.limits {
+				if rl.Algorithm == Upstream && prev.Algorithm == Upstream && prev.Unit == rl.Unit {
+					return bad(r.line, fmt.Sprintf("two rate limits of '%s' count in the same %s window; give one an algorithm, or another unit", full, strings.ToLower(rl.Unit.String())))
 				}
-				rl.Replaces = append(rl.Replaces, rep.Name)
 			}
-			next.limit = rl
+			next.limits = append(next.limits, rl)
 		}
 		if d.ShareThreshold {
 			if !strings.Contains(key, "*") {
@@ -346,12 +417,65 @@ func (l *level) load(parent string, ds []yamlDescriptor, bad func(int, string) e
 		if strings.Contains(key, "*") {
 			l.wildcards = append(l.wildcards, wildcard{key: key, parts: strings.Split(key, "*")})
 		}
-		if err := next.load(full+".", d.Descriptors, bad); err != nil {
+		if err := next.load(file, full+".", d.Descriptors, bad); err != nil {
 			return err
 		}
 		l.children[key] = next
 	}
 	return nil
+}
+
+// rule returns the RateLimit of r, a rule of descriptor d at full.
+func (r *yamlRateLimit) rule(file, full string, d yamlDescriptor, bad func(int, string) error) (*RateLimit, error) {
+	unit, valid := unitNames[strings.ToUpper(r.Unit)]
+	switch {
+	case r.Unlimited && valid:
+		return nil, bad(r.line, "should not specify rate limit unit when unlimited")
+	case !r.Unlimited && !valid:
+		return nil, bad(r.line, fmt.Sprintf("invalid rate limit unit '%s'", r.Unit))
+	}
+	rl := &RateLimit{
+		RequestsPerUnit: r.RequestsPerUnit, Unit: unit, Unlimited: r.Unlimited, Name: r.Name,
+		ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode, FullKey: full,
+		Algorithm: Algorithm(r.Algorithm), Source: fmt.Sprintf("%s:%d", file, r.line),
+	}
+	for _, rep := range r.Replaces {
+		switch {
+		case rep.Name == "":
+			return nil, bad(r.line, "should not have an empty replaces entry")
+		case rep.Name == r.Name:
+			return nil, bad(r.line, "replaces should not contain name of same descriptor")
+		}
+		rl.Replaces = append(rl.Replaces, rep.Name)
+	}
+	ext := func(msg string) error { return bad(r.line, msg+" (a ratesync extension)") }
+	if rl.Algorithm != Upstream && !slices.Contains(algorithms, rl.Algorithm) {
+		return nil, ext(fmt.Sprintf("algorithm '%s': must be one of %s", r.Algorithm, algorithmList()))
+	}
+	if rl.Unlimited && (rl.Algorithm != Upstream || r.Burst != nil) {
+		return nil, ext("an unlimited rate_limit takes no algorithm or burst")
+	}
+	if rl.Algorithm != Upstream && rl.RequestsPerUnit == 0 {
+		return nil, ext(fmt.Sprintf("requests_per_unit 0: must be > 0 with algorithm %s", rl.Algorithm))
+	}
+	if b := r.Burst; b != nil {
+		switch {
+		case !rl.Algorithm.Bucket():
+			return nil, ext(fmt.Sprintf("burst: only with algorithm %s or %s, not %s", TokenBucket, LeakyBucket, cmp.Or(string(rl.Algorithm), "upstream's fixed window")))
+		case !(*b > 0) || *b > 1e15:
+			return nil, ext(fmt.Sprintf("burst %v: must be a number > 0 and at most 1e15", *b))
+		}
+		rl.Burst = *b
+	}
+	return rl, nil
+}
+
+func algorithmList() string {
+	names := make([]string, len(algorithms))
+	for i, a := range algorithms {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
 }
 
 // ErrUnknownDomain is Limit's answer for a domain the configuration does
@@ -361,7 +485,10 @@ var ErrUnknownDomain = errors.New("rls: unknown domain")
 // Match is the rule that applies to a descriptor, and the values its
 // counter is keyed by.
 type Match struct {
-	Limit *RateLimit
+	Limit *RateLimit // the first of Limits; nil when no rule applies
+	// Limits are the descriptor's rate_limit followed by the extension's
+	// rate_limits.
+	Limits []*RateLimit
 	// Shared holds, per entry, the wildcard value ("files*") that stands
 	// for the entry's value in the counter's key when the entry matched a
 	// share_threshold wildcard; "" for the others. Nil when none did.
@@ -401,8 +528,8 @@ func (c *Config) Limit(domain string, entries []Entry) (Match, error) {
 			}
 			m.Shared[i] = strings.TrimPrefix(next.pattern, e.Key+"_")
 		}
-		if next != nil && next.limit != nil && i == len(entries)-1 {
-			m.Limit = next.limit
+		if next != nil && len(next.limits) > 0 && i == len(entries)-1 {
+			m.Limit, m.Limits = next.limits[0], next.limits
 		}
 		if next == nil || len(next.children) == 0 {
 			break

@@ -22,6 +22,7 @@ import (
 //	GET  /v1/window                   Kong's sliding_window
 //	GET  /v1/namespaces               effective namespace config, secrets masked
 //	POST /v1/namespaces/{name}/sync   push and fetch now (admin)
+//	POST /json                        Envoy's ShouldRateLimit as JSON (rls section)
 //	GET  /healthz, /readyz, /metrics
 func (n *Node) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -30,6 +31,7 @@ func (n *Node) routes() http.Handler {
 	mux.HandleFunc("/v1/window", only(http.MethodGet, n.handleWindow))
 	mux.HandleFunc("/v1/namespaces", only(http.MethodGet, n.handleNamespaces))
 	mux.HandleFunc("/v1/namespaces/{name}/sync", only(http.MethodPost, n.admin(n.handleSync)))
+	mux.HandleFunc("/json", only(http.MethodPost, n.handleJSON))
 	mux.HandleFunc("/healthz", only(http.MethodGet, n.handleHealthz))
 	mux.HandleFunc("/readyz", only(http.MethodGet, n.handleReadyz))
 	mux.HandleFunc("/metrics", only(http.MethodGet, n.metrics.handler().ServeHTTP))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratesync/ratesync/middleware"
 	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/rls"
 )
 
 // Environment variables the node reads. Each fills in what the config file
@@ -99,6 +100,7 @@ type Config struct {
 	Namespaces []NamespaceConfig `json:"namespaces" yaml:"namespaces"`
 	Policies   []PolicyConfig    `json:"policies" yaml:"policies"`
 	Gateway    *GatewayConfig    `json:"gateway,omitempty" yaml:"gateway"`
+	RLS        *RLSConfig        `json:"rls,omitempty" yaml:"rls"`
 }
 
 // NodeConfig is the process's own settings.
@@ -244,6 +246,32 @@ type GatewayConfig struct {
 	upstream       *url.URL
 }
 
+// RLSConfig serves Envoy's rate limit service (gRPC ShouldRateLimit, and
+// POST /json on the API) from envoyproxy/ratelimit's configuration files.
+// Its counts live in a namespace of their own, named RLSNamespace, with a
+// window size per unit; strategy, url, sync_rate and the store options are
+// a namespace's.
+type RLSConfig struct {
+	Listen          string           `json:"listen" yaml:"listen"`                                         // gRPC address; default 127.0.0.1:8081
+	Config          string           `json:"config" yaml:"config"`                                         // a file or a directory of YAML files; relative to the node's config file
+	ResponseHeaders bool             `json:"response_headers" yaml:"response_headers"`                     // draft-11 RateLimit headers in each response; default false
+	Strategy        string           `json:"strategy" yaml:"strategy" oneof:"local memory redis postgres"` // local (default), memory, redis, postgres
+	URL             string           `json:"url,omitempty" yaml:"url"`                                     // store URL; default from the environment
+	SyncRate        Duration         `json:"sync_rate" yaml:"sync_rate"`                                   // > 0 periodic, 0 synchronous (upstream's answers); default 1s
+	Dict            string           `json:"dict" yaml:"dict"`                                             // shm dict; default "default"
+	DictCapacity    int              `json:"dict_capacity" yaml:"dict_capacity"`                           // default 1,000,000
+	Redis           *RedisOptions    `json:"redis,omitempty" yaml:"redis"`
+	Postgres        *PostgresOptions `json:"postgres,omitempty" yaml:"postgres"`
+	rules           *rls.Config      // loaded by validate
+	path            string           // Config, resolved
+}
+
+// RLSNamespace is the namespace the rls section counts in.
+const RLSNamespace = "rls"
+
+// DefaultRLSListen is the gRPC address of the rls section, upstream's port.
+const DefaultRLSListen = "127.0.0.1:8081"
+
 // RouteConfig maps requests to a policy: the longest matching path prefix
 // wins.
 type RouteConfig struct {
@@ -259,6 +287,7 @@ type flags struct {
 	gwListen  string
 	logFormat string
 	logLevel  string
+	rlsListen string
 }
 
 // errHelp is returned by loadConfig for -h: run prints the usage and
@@ -277,11 +306,12 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&f.gwListen, "gateway-listen", "", "gateway listen `address` (overrides gateway.listen)")
 	fs.StringVar(&f.logFormat, "log-format", "", "log format: text or json (default text)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn, error (default info)")
+	fs.StringVar(&f.rlsListen, "rls-listen", "", "Envoy rate limit service (gRPC) listen `address` (overrides rls.listen)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %q (flags: -config, -listen, -gateway-listen, -log-format, -log-level)", fs.Args())
+		return Config{}, fmt.Errorf("unexpected arguments: %q (flags: -config, -listen, -gateway-listen, -rls-listen, -log-format, -log-level)", fs.Args())
 	}
 	var (
 		cfg Config
@@ -314,6 +344,18 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			errs = append(errs, fmt.Errorf("-gateway-listen %q: %v", f.gwListen, checkHostPort(f.gwListen)))
 		default:
 			cfg.Gateway.Listen = f.gwListen
+		}
+	}
+	if f.rlsListen != "" {
+		switch {
+		case cfg.RLS == nil:
+			errs = append(errs, fmt.Errorf("-rls-listen %q: the config has no rls section", f.rlsListen))
+		case checkHostPort(f.rlsListen) != nil:
+			errs = append(errs, fmt.Errorf("-rls-listen %q: %v", f.rlsListen, checkHostPort(f.rlsListen)))
+		case sameListen(f.rlsListen, cfg.Node.Listen) || (cfg.Gateway != nil && sameListen(f.rlsListen, cfg.Gateway.Listen)):
+			errs = append(errs, fmt.Errorf("-rls-listen %q: must differ from the node's and the gateway's listen addresses", f.rlsListen))
+		default:
+			cfg.RLS.Listen = f.rlsListen
 		}
 	}
 	if g := cfg.Gateway; g != nil && (f.listen != "" || f.gwListen != "") && sameListen(g.Listen, cfg.Node.Listen) {

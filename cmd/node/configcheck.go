@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/ratesync/ratesync/middleware"
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/rls"
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
 )
@@ -31,6 +33,9 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	}
 	if len(c.Namespaces) == 0 {
 		c.Namespaces = []NamespaceConfig{{Name: "default"}}
+	}
+	if r := c.RLS; r != nil {
+		c.Namespaces = append(c.Namespaces, r.applyDefaults(getenv, set))
 	}
 	capacity := map[string]int{} // of each dict: validate refuses two different ones
 	for i := range c.Namespaces {
@@ -58,6 +63,22 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 			g.ConnectTimeout = Duration(DefaultConnectTimeout)
 		}
 	}
+}
+
+// applyDefaults fills in the rls section and returns the namespace it
+// counts in.
+func (r *RLSConfig) applyDefaults(getenv func(string) string, set func(path string) bool) NamespaceConfig {
+	r.Listen = cmp.Or(r.Listen, DefaultRLSListen)
+	ns := NamespaceConfig{
+		Name: RLSNamespace, Strategy: r.Strategy, URL: r.URL, SyncRate: r.SyncRate,
+		Dict: r.Dict, DictCapacity: r.DictCapacity, Redis: r.Redis, Postgres: r.Postgres,
+	}
+	for _, d := range rls.Units() {
+		ns.WindowSizes = append(ns.WindowSizes, Duration(d))
+	}
+	ns.applyDefaults(getenv, func(field string) bool { return set("rls." + field) })
+	r.Strategy, r.URL, r.SyncRate, r.Dict, r.Redis, r.Postgres = ns.Strategy, ns.URL, ns.SyncRate, ns.Dict, ns.Redis, ns.Postgres
+	return ns
 }
 
 func (n *NodeConfig) applyDefaults(getenv func(string) string, set func(path string) bool) {
@@ -147,8 +168,11 @@ func (s *source) validate(c *Config) error {
 	nss := map[string]namespace.Config{}
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
-		path := fmt.Sprintf("namespaces[%d]", i)
-		if _, dup := nss[ns.Name]; dup && ns.Name != "" {
+		path := c.namespacePath(i)
+		switch _, dup := nss[ns.Name]; {
+		case path != "rls" && c.RLS != nil && ns.Name == RLSNamespace:
+			s.reportValue(path+".name", ns.Name, "the rls section counts in a namespace of this name: choose another")
+		case dup && ns.Name != "":
 			s.reportValue(path+".name", ns.Name, "another namespace has this name")
 		}
 		nss[ns.Name] = s.checkNamespace(path, ns)
@@ -168,6 +192,13 @@ func (s *source) validate(c *Config) error {
 		}
 		names[p.Name] = true
 		s.checkPolicy(path, p, nss, nsNames(c), consumer)
+	}
+	if c.RLS != nil {
+		gw := ""
+		if c.Gateway != nil {
+			gw = c.Gateway.Listen
+		}
+		s.checkRLS(c.RLS, nss[RLSNamespace], c.Node.Listen, gw)
 	}
 	if c.Gateway != nil {
 		for i, r := range c.Gateway.Routes {
@@ -198,6 +229,64 @@ func (s *source) checkDictCapacities(nss []NamespaceConfig) {
 				other.Name, s.line(fmt.Sprintf("namespaces[%d].dict_capacity", j)), ns.Dict, other.DictCapacity))
 		}
 	}
+}
+
+// namespacePath is the path of namespace i in the file: "rls" for the
+// rls section's, which applyDefaults appends.
+func (c *Config) namespacePath(i int) string {
+	if c.RLS != nil && i == len(c.Namespaces)-1 {
+		return "rls"
+	}
+	return fmt.Sprintf("namespaces[%d]", i)
+}
+
+// checkRLS checks the rls section: its listener, and its configuration
+// files, loaded with upstream's rules (errors name file:line) and their
+// extension rules checked against the namespace they count in.
+func (s *source) checkRLS(r *RLSConfig, ns namespace.Config, nodeListen, gwListen string) {
+	switch err := checkHostPort(r.Listen); {
+	case err != nil:
+		s.reportValue("rls.listen", r.Listen, err.Error())
+	case sameListen(r.Listen, nodeListen) || sameListen(r.Listen, gwListen):
+		s.reportValue("rls.listen", r.Listen, "must differ from node.listen and gateway.listen")
+	}
+	if r.Config == "" {
+		s.report("rls.config", "required: a file, or a directory of envoyproxy/ratelimit configuration files")
+		return
+	}
+	r.path = r.Config
+	if !filepath.IsAbs(r.path) && s.file != "" {
+		r.path = filepath.Join(filepath.Dir(s.file), r.path)
+	}
+	rules, err := loadRLS(r.path, ns)
+	if err != nil {
+		s.reportAs("rls.config", "rls.config", strconv.Quote(r.Config)+": "+err.Error())
+		return
+	}
+	r.rules = rules
+}
+
+// loadRLS loads the rls configuration at path and checks its extension
+// rules against ns, the namespace they count in, with
+// middleware.Policy.Validate: an error names the rule's file:line.
+func loadRLS(path string, ns namespace.Config) (*rls.Config, error) {
+	rules, err := rls.LoadPath(path)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	list, limits := rules.Limits()
+	for i, l := range limits {
+		for _, err := range joined(middleware.Policy{Name: list[i].FullKey, Limits: []ratelimiting.Limit{l}}.Validate(ns)) {
+			var pe *middleware.PolicyError
+			if errors.As(err, &pe) {
+				key := strings.TrimPrefix(pe.Key, "limits[0].")
+				key = cmp.Or(map[string]string{"limit": "requests_per_unit", "window": "unit", "type": "algorithm"}[key], key)
+				errs = append(errs, fmt.Errorf("%s: %s: %s %s: %s", list[i].Source, list[i].FullKey, key, pe.Value, pe.Allowed))
+			}
+		}
+	}
+	return rules, errors.Join(errs...)
 }
 
 func (s *source) checkNode(n *NodeConfig) {

@@ -18,6 +18,7 @@ type metrics struct {
 	reg       *prometheus.Registry
 	decisions *prometheus.CounterVec
 	syncDur   *prometheus.HistogramVec
+	rls       *rlsMetrics
 }
 
 func newMetrics() *metrics {
@@ -33,6 +34,7 @@ func newMetrics() *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"namespace", "op", "result"}),
 	}
+	m.rls = newRLSMetrics(m.reg)
 	m.reg.MustRegister(m.decisions, m.syncDur,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratesync/ratesync/middleware"
 	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/rls"
 )
 
 // Server timeouts of the API listener: a client cannot hold a connection
@@ -41,11 +42,13 @@ type Node struct {
 	nsOutcomes map[string]*outcomeCounters // decision counters of /v1/check's namespace form
 	api        http.Handler
 	gateway    http.Handler // nil without a gateway section
+	rls        *rls.Service // nil without an rls section
 	probes     probes       // store probes of /readyz
 	adminOpen  atomic.Bool  // admin endpoints need no token: none set, loopback listener
 	closing    atomic.Bool  // shutting down: not ready
 	flushing   atomic.Bool  // counting the diffs the final sync pushes
 	flushed    atomic.Int64
+	rlsLn      net.Listener // the rls section's gRPC listener, set by Serve (tests set it)
 }
 
 // policy is a configured policy and the limiter that enforces it.
@@ -108,6 +111,7 @@ func newNode(ctx context.Context, cfg Config, log *slog.Logger, opts ...ratelimi
 		}
 		n.gateway = gw
 	}
+	n.rls = n.newRLS()
 	n.api = n.routes()
 	n.firstSync(ctx)
 	return n, nil
@@ -210,6 +214,16 @@ func (n *Node) Serve(ctx context.Context) error {
 			return fmt.Errorf("gateway listen: %w", err)
 		}
 	}
+	rlsLn, err := n.listenRLS()
+	if err != nil {
+		_ = apiLn.Close()
+		if gwLn != nil {
+			_ = gwLn.Close()
+		}
+		n.close(context.Background())
+		return fmt.Errorf("rls listen: %w", err)
+	}
+	n.rlsLn = rlsLn
 	return n.ServeListeners(ctx, apiLn, gwLn)
 }
 
@@ -247,9 +261,15 @@ func (n *Node) ServeListeners(ctx context.Context, apiLn, gwLn net.Listener) err
 		lns = append(lns, gwLn)
 		n.log.Info("gateway listening", "url", "http://"+gwLn.Addr().String(), "upstream", g.Upstream)
 	}
-	errc := make(chan error, len(servers))
+	errc := make(chan error, len(servers)+1)
 	for i, srv := range servers {
 		go func() { errc <- srv.Serve(lns[i]) }()
+	}
+	var grpcSrv *rlsServer
+	if n.rlsLn != nil && n.rls != nil {
+		grpcSrv = n.newRLSServer()
+		go func() { errc <- grpcSrv.srv.Serve(n.rlsLn) }()
+		n.log.Info("rls listening", "address", n.rlsLn.Addr().String(), "config", n.cfg.RLS.Config, "domains", n.rls.Config().Domains())
 	}
 	var cause error
 	select {
@@ -259,7 +279,7 @@ func (n *Node) ServeListeners(ctx context.Context, apiLn, gwLn net.Listener) err
 		cause = fmt.Errorf("serve: %w", err)
 		n.log.Error("server failed: shutting down", "err", err)
 	}
-	return errors.Join(cause, n.shutdown(servers))
+	return errors.Join(cause, n.shutdown(servers, grpcSrv))
 }
 
 func (n *Node) adminMode() string {
@@ -276,11 +296,14 @@ func (n *Node) adminMode() string {
 // shutdown stops accepting, lets in-flight requests finish within the
 // shutdown timeout, then makes the final sync of every namespace within the
 // shutdown timeout again and logs how many diffs it flushed.
-func (n *Node) shutdown(servers []*http.Server) error {
+func (n *Node) shutdown(servers []*http.Server, grpcSrv *rlsServer) error {
 	n.closing.Store(true)
 	timeout := time.Duration(n.cfg.Node.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	var wg sync.WaitGroup
+	if grpcSrv != nil {
+		wg.Go(func() { grpcSrv.stop(ctx) })
+	}
 	for _, srv := range servers {
 		wg.Go(func() {
 			if err := srv.Shutdown(ctx); err != nil {

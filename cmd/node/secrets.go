@@ -25,6 +25,11 @@ func (c Config) Masked() Config {
 		g.Upstream = maskURL(g.Upstream)
 		c.Gateway = &g
 	}
+	if c.RLS != nil {
+		r := *c.RLS
+		r.URL = maskURL(r.URL)
+		c.RLS = &r
+	}
 	return c
 }
 

@@ -1,0 +1,547 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratesync/ratesync/ratelimiting"
+)
+
+// nearLimitRatio is upstream's default NEAR_LIMIT_RATIO: a hit above this
+// share of a limit counts as near the limit in the stats.
+const nearLimitRatio = 0.8
+
+// Stats is what one descriptor's decision adds to its rule's counters, as
+// upstream keeps them: Key is the rule's FullKey, or with detailed_metric
+// the descriptor's own key (its values in place of the rule's).
+type Stats struct {
+	Domain, Key                                          string
+	Rule                                                 string // the rule's FullKey (Key, unless Detailed)
+	Detailed                                             bool   // Key holds the descriptor's values
+	TotalHits, OverLimit, NearLimit, WithinLimit, Shadow uint64
+}
+
+// Options configure a Service.
+type Options struct {
+	// Namespace is the ratelimiting namespace the counts live in; it must
+	// have every unit's window size (Units).
+	Namespace string
+	// Headers adds draft-11 RateLimit and RateLimit-Policy headers to each
+	// response (response_headers_to_add).
+	Headers bool
+	// MaxKeyBytes bounds a descriptor's counter key; 0 means no bound.
+	MaxKeyBytes int
+	// Observe, when set, receives each limited descriptor's stats.
+	Observe func(Stats)
+	// Now is the clock of duration_until_reset; default time.Now.
+	Now func() time.Time
+}
+
+// Units are the window sizes of every unit, which the namespace of a
+// Service must have.
+func Units() []time.Duration {
+	return []time.Duration{Second.Duration(), Minute.Duration(), Hour.Duration(), Day.Duration(), Week.Duration(), Month.Duration(), Year.Duration()}
+}
+
+// Service answers Envoy's rate limit service (envoy.service.ratelimit.v3)
+// with the rules of a Config, counting in a namespace of a
+// ratelimiting.Instance. Rules without an algorithm behave as
+// envoyproxy/ratelimit's: a fixed window per unit, epoch aligned, that
+// counts every hit, denied ones too, and is over its limit when the count
+// after the hit exceeds it. Rules with an algorithm (a ratesync extension)
+// are decided by the instance's Check, all of a descriptor's at once: a
+// denied hit is not counted. In a synchronous namespace the store decides;
+// in a periodic one the node does, from its view of the cluster's counts.
+type Service struct {
+	pb.UnimplementedRateLimitServiceServer
+	in   *ratelimiting.Instance
+	opts Options
+	cfg  atomic.Pointer[Config]
+	sync atomic.Bool // the namespace is synchronous: descriptors are counted concurrently
+}
+
+// NewService returns a Service over cfg. SetConfig replaces the
+// configuration while it serves.
+func NewService(in *ratelimiting.Instance, cfg *Config, o Options) *Service {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	s := &Service{in: in, opts: o}
+	s.SetConfig(cfg)
+	return s
+}
+
+// SetConfig makes cfg the configuration of the requests that follow, and
+// reads the namespace's sync mode again (call it after the namespace
+// changed).
+func (s *Service) SetConfig(cfg *Config) {
+	for _, nc := range s.in.Namespaces() {
+		if nc.Name == s.opts.Namespace {
+			s.sync.Store(nc.SyncRate == 0 && nc.Strategy != nil)
+		}
+	}
+	s.cfg.Store(cfg)
+}
+
+// Config returns the configuration in force.
+func (s *Service) Config() *Config { return s.cfg.Load() }
+
+// descriptor is one descriptor of a request being decided.
+type descriptor struct {
+	limits    []*RateLimit // nil: no rule applies, or replaced
+	unlimited bool
+	addend    uint64
+	key       string // counter key
+	stats     string // stats key
+	detailed  bool
+	status    *pb.RateLimitResponse_DescriptorStatus
+	err       error
+}
+
+// ShouldRateLimit decides a request.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	if len(req.GetDescriptors()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	cfg := s.cfg.Load()
+	ds := make([]descriptor, len(req.Descriptors))
+	replacing := map[string]bool{}
+	for i, d := range req.Descriptors {
+		if err := s.match(cfg, req, i, d, &ds[i]); err != nil {
+			return nil, err
+		}
+		for _, l := range ds[i].limits {
+			for _, r := range l.Replaces {
+				replacing[r] = true
+			}
+		}
+	}
+	if len(replacing) > 0 {
+		for i := range ds {
+			kept := ds[i].limits[:0:0]
+			for _, l := range ds[i].limits {
+				if l.Name == "" || !replacing[l.Name] {
+					kept = append(kept, l)
+				}
+			}
+			ds[i].limits = kept
+			if len(kept) == 0 {
+				ds[i].unlimited = false
+			}
+		}
+	}
+	s.decideAll(ctx, req.Domain, ds)
+	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ds))}
+	failed, quota, quotaFailed := 0, 0, 0
+	for i := range ds {
+		d := &ds[i]
+		if d.err != nil {
+			return nil, d.err
+		}
+		resp.Statuses[i] = d.status
+		quotaMode := len(d.limits) > 0 && d.limits[0].QuotaMode
+		if quotaMode {
+			quota++
+		}
+		if d.status.Code == pb.RateLimitResponse_OVER_LIMIT {
+			if quotaMode {
+				quotaFailed++
+			} else {
+				failed++
+			}
+		}
+	}
+	resp.OverallCode = pb.RateLimitResponse_OK
+	if failed > 0 || (quota > 0 && quota == quotaFailed) {
+		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
+	}
+	if s.opts.Headers {
+		resp.ResponseHeadersToAdd = headers(ds)
+	}
+	return resp, nil
+}
+
+// match finds the rules of descriptor i (an override first, as upstream),
+// its hits and its counter key.
+func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, i int, d *ratelimitv3.RateLimitDescriptor, out *descriptor) error {
+	entries := make([]Entry, len(d.GetEntries()))
+	for j, e := range d.GetEntries() {
+		entries[j] = Entry{Key: e.GetKey(), Value: e.GetValue()}
+	}
+	if h := d.GetHitsAddend(); h != nil {
+		out.addend = h.GetValue()
+	} else {
+		out.addend = max(1, uint64(req.GetHitsAddend()))
+	}
+	m, err := cfg.Limit(req.Domain, entries)
+	if errors.Is(err, ErrUnknownDomain) {
+		return nil // no rule, and an override is ignored
+	}
+	if o := d.GetLimit(); o != nil {
+		unit := Unit(o.GetUnit())
+		if unit.Duration() == 0 {
+			return status.Errorf(codes.InvalidArgument, "descriptors[%d].limit.unit %s: must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR", i, o.GetUnit())
+		}
+		m = Match{Limits: []*RateLimit{{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, FullKey: descriptorKey(req.Domain, entries)}}}
+		out.stats = m.Limits[0].FullKey
+	}
+	if len(m.Limits) == 0 {
+		return nil
+	}
+	out.limits = m.Limits
+	if m.Limits[0].Unlimited {
+		out.unlimited = true
+		return nil
+	}
+	out.key = counterKey(req.Domain, entries, m.Shared)
+	if s.opts.MaxKeyBytes > 0 && len(out.key) > s.opts.MaxKeyBytes {
+		return status.Errorf(codes.InvalidArgument, "descriptors[%d]: its entries make a key of %d bytes: at most %d (node.max_key_bytes)", i, len(out.key), s.opts.MaxKeyBytes)
+	}
+	if out.stats == "" {
+		out.stats = m.Limits[0].FullKey
+		if m.Limits[0].DetailedMetric {
+			out.stats, out.detailed = descriptorKey(req.Domain, entries), true
+		}
+	}
+	return nil
+}
+
+// decideAll decides every descriptor: in a synchronous namespace those
+// that need the store at once, each on its own goroutine, so a request
+// costs one round trip, not one per descriptor.
+func (s *Service) decideAll(ctx context.Context, domain string, ds []descriptor) {
+	counted := 0
+	for i := range ds {
+		if len(ds[i].limits) > 0 && !ds[i].unlimited {
+			counted++
+		}
+	}
+	if !s.sync.Load() || counted < 2 {
+		for i := range ds {
+			s.decide(ctx, domain, &ds[i])
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range ds {
+		if len(ds[i].limits) > 0 && !ds[i].unlimited {
+			wg.Go(func() { s.decide(ctx, domain, &ds[i]) })
+		} else {
+			s.decide(ctx, domain, &ds[i])
+		}
+	}
+	wg.Wait()
+}
+
+// verdict is one rule's answer for a descriptor.
+type verdict struct {
+	limit     *RateLimit
+	over      bool
+	remaining float64
+	reset     time.Duration
+	before    float64 // count before the hit (upstream rules)
+	after     float64 // count after it
+}
+
+// decide decides one descriptor and sets its status.
+func (s *Service) decide(ctx context.Context, domain string, d *descriptor) {
+	switch {
+	case d.unlimited:
+		d.status = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		return
+	case len(d.limits) == 0:
+		d.status = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+		return
+	}
+	verdicts := make([]verdict, 0, len(d.limits))
+	var checked []ratelimiting.Limit
+	var checkedRules []*RateLimit
+	for _, l := range d.limits {
+		if l.Algorithm != Upstream {
+			checked = append(checked, ratelimitingLimit(l))
+			checkedRules = append(checkedRules, l)
+			continue
+		}
+		v, err := s.count(ctx, d, l)
+		if err != nil {
+			d.err = err
+			return
+		}
+		verdicts = append(verdicts, v)
+	}
+	if len(checked) > 0 {
+		dec, err := s.in.Check(ctx, ratelimiting.Request{Namespace: s.opts.Namespace, Key: d.key + "|", Cost: float64(d.addend), Limits: checked})
+		if err != nil {
+			d.err = grpcError(err)
+			return
+		}
+		for j, st := range dec.Limits {
+			v := verdict{limit: checkedRules[j], over: !dec.Allowed && !st.Allowed, remaining: st.Remaining, reset: st.Reset, after: st.Rate}
+			if !dec.Allowed && st.Allowed {
+				v.remaining = st.Remaining // another limit denied the request; this one would have taken it
+			}
+			if v.over {
+				v.reset = st.RetryAfter
+			}
+			v.before = v.after
+			if dec.Allowed {
+				v.before = v.after - float64(d.addend)
+			}
+			verdicts = append(verdicts, v)
+		}
+	}
+	shown := verdicts[0]
+	for _, v := range verdicts[1:] {
+		if (v.over && !shown.over) || (v.over == shown.over && v.remaining < shown.remaining) {
+			shown = v
+		}
+	}
+	shadow := d.limits[0].ShadowMode
+	st := &pb.RateLimitResponse_DescriptorStatus{
+		Code:               pb.RateLimitResponse_OK,
+		CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: shown.limit.Name, RequestsPerUnit: shown.limit.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(shown.limit.Unit)},
+		DurationUntilReset: wholeSeconds(shown.reset),
+	}
+	if shown.over {
+		if !shadow {
+			st.Code = pb.RateLimitResponse_OVER_LIMIT
+		}
+	} else {
+		st.LimitRemaining = uint32(min(math.Max(0, math.Floor(shown.remaining)), math.MaxUint32))
+	}
+	d.status = st
+	if s.opts.Observe != nil {
+		s.opts.Observe(s.stats(domain, d, verdicts, shadow))
+	}
+}
+
+// count counts a hit of upstream rule l: the window's count after it, and
+// the verdict upstream gives it.
+func (s *Service) count(ctx context.Context, d *descriptor, l *RateLimit) (verdict, error) {
+	size := l.Unit.Duration()
+	w, err := s.in.Increment(ctx, s.opts.Namespace, d.key, size, float64(d.addend))
+	if err != nil {
+		return verdict{}, grpcError(err)
+	}
+	limit := float64(l.RequestsPerUnit)
+	v := verdict{limit: l, before: w.Current - float64(d.addend), after: w.Current}
+	v.over = v.after > limit
+	v.remaining = limit - v.after
+	sec := int64(size / time.Second)
+	v.reset = time.Duration(sec-s.opts.Now().Unix()%sec) * time.Second
+	return v, nil
+}
+
+// stats returns what a decided descriptor adds to its rule's stats, with
+// upstream's arithmetic: the hits above the near-limit threshold (80% of
+// the limit) are near the limit, those above the limit over it.
+func (s *Service) stats(domain string, d *descriptor, verdicts []verdict, shadow bool) Stats {
+	st := Stats{Domain: domain, Key: d.stats, Rule: d.limits[0].FullKey, Detailed: d.detailed, TotalHits: d.addend}
+	v := verdicts[0] // the descriptor's first rule, as upstream has one
+	for _, w := range verdicts {
+		if w.limit == d.limits[0] {
+			v = w
+		}
+	}
+	limit := float64(v.limit.RequestsPerUnit)
+	near := math.Floor(float64(float32(limit) * nearLimitRatio))
+	hits := float64(d.addend)
+	if v.over {
+		if v.before >= limit {
+			st.OverLimit = d.addend
+		} else {
+			st.OverLimit = uint64(v.after - limit)
+			st.NearLimit = uint64(limit - math.Max(near, v.before))
+		}
+		if shadow {
+			st.Shadow = st.OverLimit
+		}
+		return st
+	}
+	st.WithinLimit = d.addend
+	if v.after > near {
+		if v.before >= near {
+			st.NearLimit = uint64(hits)
+		} else {
+			st.NearLimit = uint64(v.after - near)
+		}
+	}
+	return st
+}
+
+// ratelimitingLimit returns the ratelimiting.Limit of an extension rule.
+func ratelimitingLimit(l *RateLimit) ratelimiting.Limit {
+	out := ratelimiting.Limit{Limit: float64(l.RequestsPerUnit), Window: l.Unit.Duration(), Burst: l.Burst}
+	switch l.Algorithm {
+	case Sliding:
+		out.Algorithm = ratelimiting.SlidingWindow
+	case Fixed:
+		out.Algorithm = ratelimiting.FixedWindow
+	case Anchored:
+		out.Algorithm = ratelimiting.AnchoredWindow
+	case SlidingLog:
+		out.Algorithm = ratelimiting.SlidingLog
+	case TokenBucket:
+		out.Algorithm = ratelimiting.TokenBucket
+	case LeakyBucket:
+		out.Algorithm = ratelimiting.LeakyBucket
+	}
+	return out
+}
+
+// Limits returns the ratelimiting.Limit of each extension rule of the
+// configuration, with the rule: what a node validates against the
+// namespace the service counts in.
+func (c *Config) Limits() (rules []*RateLimit, limits []ratelimiting.Limit) {
+	var walk func(l *level)
+	walk = func(l *level) {
+		for _, r := range l.limits {
+			if r.Algorithm != Upstream {
+				rules, limits = append(rules, r), append(limits, ratelimitingLimit(r))
+			}
+		}
+		for _, key := range sortedKeys(l.children) {
+			walk(l.children[key])
+		}
+	}
+	for _, d := range c.Domains() {
+		walk(c.domains[d])
+	}
+	return rules, limits
+}
+
+// grpcError maps an error of the instance to a gRPC status: bad input is
+// InvalidArgument, the rest Unavailable (Envoy then applies its
+// failure_mode_deny).
+func grpcError(err error) error {
+	if errors.Is(err, ratelimiting.ErrInvalidInput) {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// counterKey is the key a descriptor counts under: the domain and each
+// entry's key and value (the share_threshold pattern in place of the value
+// where one applies), escaped so that no two descriptors share a key.
+func counterKey(domain string, entries []Entry, shared []string) string {
+	var b strings.Builder
+	escape(&b, domain)
+	for i, e := range entries {
+		v := e.Value
+		if i < len(shared) && shared[i] != "" {
+			v = shared[i]
+		}
+		b.WriteByte('|')
+		escape(&b, e.Key)
+		b.WriteByte('=')
+		escape(&b, v)
+	}
+	return b.String()
+}
+
+func escape(b *strings.Builder, s string) {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '|', '=', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+}
+
+// descriptorKey is upstream's name of a descriptor in its stats:
+// domain.key_value.key_value.
+func descriptorKey(domain string, entries []Entry) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		if e.Value != "" {
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// headers returns draft-11 RateLimit-Policy and RateLimit headers for the
+// limited descriptors: one item per descriptor, named by its rule's name
+// or, unnamed, its place in the request ("descriptors[1]").
+func headers(ds []descriptor) []*commonv3.HeaderValue {
+	var policy, state []byte
+	for i := range ds {
+		st := ds[i].status
+		if st == nil || st.CurrentLimit == nil {
+			continue
+		}
+		name := st.CurrentLimit.Name
+		if name == "" {
+			name = "descriptors[" + strconv.Itoa(i) + "]"
+		}
+		if len(policy) > 0 {
+			policy, state = append(policy, ", "...), append(state, ", "...)
+		}
+		policy = appendSFString(policy, name)
+		policy = fmt.Appendf(policy, ";q=%d;w=%d", st.CurrentLimit.RequestsPerUnit, int64(Unit(st.CurrentLimit.Unit).Duration()/time.Second))
+		state = appendSFString(state, name)
+		state = fmt.Appendf(state, ";r=%d;t=%d", st.LimitRemaining, st.DurationUntilReset.GetSeconds())
+	}
+	if len(policy) == 0 {
+		return nil
+	}
+	return []*commonv3.HeaderValue{{Key: "RateLimit-Policy", Value: string(policy)}, {Key: "RateLimit", Value: string(state)}}
+}
+
+// appendSFString appends s as a structured-field string (RFC 8941): in
+// quotes, with '"' and '\\' escaped; a byte outside printable ASCII, which
+// the type cannot hold, becomes '?'.
+func appendSFString(buf []byte, s string) []byte {
+	buf = append(buf, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			buf = append(buf, '\\', c)
+		case c < 0x20 || c > 0x7e:
+			buf = append(buf, '?')
+		default:
+			buf = append(buf, c)
+		}
+	}
+	return append(buf, '"')
+}
+
+// wholeSeconds rounds d up to whole seconds, as duration_until_reset
+// carries them.
+func wholeSeconds(d time.Duration) *durationpb.Duration {
+	return &durationpb.Duration{Seconds: int64((d + time.Second - 1) / time.Second)}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
