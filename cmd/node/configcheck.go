@@ -34,9 +34,6 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	if len(c.Namespaces) == 0 {
 		c.Namespaces = []NamespaceConfig{{Name: "default"}}
 	}
-	if r := c.RLS; r != nil {
-		c.Namespaces = append(c.Namespaces, r.applyDefaults(getenv, set))
-	}
 	capacity := map[string]int{} // of each dict: validate refuses two different ones
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
@@ -45,11 +42,21 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 			capacity[ns.Dict] = ns.DictCapacity
 		}
 	}
+	if r := c.RLS; r != nil {
+		ns := r.applyDefaults(getenv, set)
+		if ns.DictCapacity != 0 {
+			capacity[ns.Dict] = ns.DictCapacity
+		}
+		c.Namespaces = append(c.Namespaces, ns)
+	}
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		if ns.DictCapacity == 0 {
 			ns.DictCapacity = cmp.Or(capacity[ns.Dict], shm.DefaultCapacity)
 		}
+	}
+	if c.RLS != nil {
+		c.RLS.DictCapacity = c.Namespaces[len(c.Namespaces)-1].DictCapacity
 	}
 	for i := range c.Policies {
 		c.Policies[i].applyDefaults(func(field string) bool { return set(fmt.Sprintf("policies[%d].%s", i, field)) })
