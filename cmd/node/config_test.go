@@ -29,7 +29,7 @@ func TestExampleConfigParses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Namespaces) != 3 || len(cfg.Policies) != 3 || cfg.Gateway == nil || len(cfg.Gateway.Routes) != 3 {
+	if len(cfg.Namespaces) != 4 || len(cfg.Policies) != 3 || cfg.Gateway == nil || len(cfg.Gateway.Routes) != 3 || cfg.RLS == nil || cfg.RLS.rules == nil {
 		t.Fatalf("parsed %d namespaces, %d policies, gateway %v", len(cfg.Namespaces), len(cfg.Policies), cfg.Gateway)
 	}
 	api := cfg.Namespaces[1]
@@ -39,7 +39,10 @@ func TestExampleConfigParses(t *testing.T) {
 	if p := cfg.Policies[0]; len(p.Limits) != 2 || p.Limits[1].Type != "fixed" || p.Key[0] != "header:X-Api-Key" {
 		t.Errorf("policy api = %+v", p)
 	}
-	if m := cfg.Masked(); strings.Contains(m.Namespaces[1].URL, "s3cret") || strings.Contains(m.Namespaces[2].URL, "pw") {
+	if r := cfg.Namespaces[3]; r.Name != RLSNamespace || r.Strategy != StrategyRedis || r.SyncRate != 0 || len(r.WindowSizes) != 7 {
+		t.Errorf("the rls namespace = %+v", r)
+	}
+	if m := cfg.Masked(); strings.Contains(m.Namespaces[1].URL, "s3cret") || strings.Contains(m.Namespaces[2].URL, "pw") || strings.Contains(m.RLS.URL, "s3cret") {
 		t.Errorf("masked URLs: %q, %q", m.Namespaces[1].URL, m.Namespaces[2].URL)
 	}
 }
@@ -134,7 +137,7 @@ func TestConfigErrors(t *testing.T) {
 		env  map[string]string
 		want string // a line of the error
 	}{
-		{"unknown top-level field", "nodes: {}\n", nil, `test.yaml:1: nodes: unknown field (known: gateway, headers, namespaces, node, policies)`},
+		{"unknown top-level field", "nodes: {}\n", nil, `test.yaml:1: nodes: unknown field (known: gateway, headers, namespaces, node, policies, rls)`},
 		{"unknown nested field", "node:\n  listen: 127.0.0.1:1\n  colour: red\n", nil, `test.yaml:3: node.colour: unknown field`},
 		{"repeated field", "node:\n  id: a\n  id: b\n", nil, `test.yaml:3: node.id: repeated field`},
 		{"bad window in a policy", `

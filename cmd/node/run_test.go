@@ -104,7 +104,7 @@ func TestRunDefaults(t *testing.T) {
 func TestRunExample(t *testing.T) {
 	r, pg := testenv.NewRedis(t), testenv.NewPostgres(t)
 	env := []string{EnvRedisURL + "=" + r.URL, EnvPostgresURL + "=" + pg.URL, EnvAdminToken + "=example-t0ken"}
-	url, logs, stop := runNode(t, []string{"-config", "testdata/example.yaml", "-listen", "127.0.0.1:0", "-gateway-listen", "127.0.0.1:0", "-log-format", "json"}, env)
+	url, logs, stop := runNode(t, []string{"-config", "testdata/example.yaml", "-listen", "127.0.0.1:0", "-gateway-listen", "127.0.0.1:0", "-rls-listen", "127.0.0.1:0", "-log-format", "json"}, env)
 	for _, target := range []string{"/readyz", "/v1/namespaces"} {
 		resp, err := http.Get(url + target)
 		if err != nil {
@@ -120,7 +120,7 @@ func TestRunExample(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	out := logs.String()
-	if strings.Contains(out, "example-t0ken") || !strings.Contains(out, `"msg":"gateway listening"`) || !strings.Contains(out, `"from":"RATESYNC_ADMIN_TOKEN"`) {
+	if strings.Contains(out, "example-t0ken") || !strings.Contains(out, `"msg":"gateway listening"`) || !strings.Contains(out, `"msg":"rls listening"`) || !strings.Contains(out, `"from":"RATESYNC_ADMIN_TOKEN"`) {
 		t.Errorf("logs:\n%s", out)
 	}
 }
