@@ -178,7 +178,12 @@ func awayFromHourEnd(t *testing.T) {
 
 func TestRLSCompatibility(t *testing.T) {
 	bin := buildNode(t)
-	r := testenv.NewRedis(t)
+	for _, store := range []string{StrategyRedis, StrategyPostgres} {
+		t.Run(store, func(t *testing.T) { testRLSCompatibility(t, bin, store) })
+	}
+}
+
+func testRLSCompatibility(t *testing.T, bin, store string) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "rls"), 0o700); err != nil {
 		t.Fatal(err)
@@ -186,15 +191,18 @@ func TestRLSCompatibility(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "rls", "compat.yaml"), []byte(compatConfig), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	node := fmt.Sprintf(`
-rls:
-  config: rls
-  strategy: redis
-  sync_rate: 0s
-  redis: {prefix: %s}
-`, r.Prefix)
-	a := startRLSNode(t, bin, dir, node, EnvRedisURL+"="+r.URL)
-	b := startRLSNode(t, bin, dir, node, EnvRedisURL+"="+r.URL)
+	var node, env string
+	switch store {
+	case StrategyRedis:
+		r := testenv.NewRedis(t)
+		node = fmt.Sprintf("rls:\n  config: rls\n  strategy: redis\n  sync_rate: 0s\n  redis: {prefix: %s}\n", r.Prefix)
+		env = EnvRedisURL + "=" + r.URL
+	case StrategyPostgres:
+		node = "rls:\n  config: rls\n  strategy: postgres\n  sync_rate: 0s\n"
+		env = EnvPostgresURL + "=" + testenv.NewPostgres(t).URL
+	}
+	a := startRLSNode(t, bin, dir, node, env)
+	b := startRLSNode(t, bin, dir, node, env)
 	awayFromHourEnd(t)
 
 	t.Run("a limit counts across nodes and answers OVER_LIMIT past it", func(t *testing.T) {
