@@ -134,7 +134,7 @@ func TestConfigErrors(t *testing.T) {
 		env  map[string]string
 		want string // a line of the error
 	}{
-		{"unknown top-level field", "nodes: {}\n", nil, `test.yaml:1: nodes: unknown field (known: gateway, headers, namespaces, node, policies)`},
+		{"unknown top-level field", "nodes: {}\n", nil, `test.yaml:1: nodes: unknown field (known: gateway, headers, namespaces, node, policies, rls)`},
 		{"unknown nested field", "node:\n  listen: 127.0.0.1:1\n  colour: red\n", nil, `test.yaml:3: node.colour: unknown field`},
 		{"repeated field", "node:\n  id: a\n  id: b\n", nil, `test.yaml:3: node.id: repeated field`},
 		{"bad window in a policy", `
@@ -257,7 +257,7 @@ namespaces:
 		t.Run(format, func(t *testing.T) {
 			cfg.Node.LogFormat = format
 			var buf bytes.Buffer
-			log := newLogger(cfg, &buf)
+			log, _ := newLogger(cfg, &buf)
 			log.Info("dial redis://:pa55word@127.0.0.1:1/0", "url", cfg.Namespaces[0].URL, "err", errors.New("auth pa55word refused"), "token", "t0ken-xyz")
 			if out := buf.String(); strings.Contains(out, "pa55word") || strings.Contains(out, "t0ken-xyz") || !strings.Contains(out, "xxxxx") {
 				t.Errorf("log leaks a secret: %s", out)
