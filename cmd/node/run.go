@@ -26,6 +26,10 @@ func run(ctx context.Context, args, env []string) error {
 
 // runWithLog is run with the log written to stderr (tests capture it).
 func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error {
+	// A SIGHUP during the start is kept for the node to reload once serving.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	getenv := func(name string) string {
 		for _, kv := range env {
 			if k, v, ok := strings.Cut(kv, "="); ok && k == name {
@@ -51,9 +55,6 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	if err != nil {
 		return redactErr(err, cfg)
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	n.load = func() (Config, error) { return loadConfig(args, getenv, io.Discard) }
 	n.logCtl, n.hup = logCtl, hup
 	return redactErr(n.Serve(ctx), cfg)
