@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/ratelimiting"
 	"github.com/ratesync/ratesync/strategy"
@@ -427,5 +430,72 @@ policies:
 	got := n.check(t, `{"policy":"p","key":"k"}`)
 	if used := got.Limits[0].Limit - got.Limits[0].Remaining; used != workers*each+1 {
 		t.Errorf("the key holds %v hits, want %d", used, workers*each+1)
+	}
+}
+
+// A namespace whose store settings change gets the new store, through
+// Update: its counts stay, and the next push goes to the new store.
+func TestReloadMovesNamespaceToAnotherStore(t *testing.T) {
+	r := testenv.NewRedis(t)
+	env := map[string]string{EnvRedisURL: r.URL}
+	yaml := func(prefix string) string {
+		return fmt.Sprintf(`
+namespaces:
+  - {name: api, strategy: redis, sync_rate: 1h, window_sizes: [1h], redis: {prefix: %s}}
+`, prefix)
+	}
+	n := newReloadNode(t, yaml(r.Prefix+"-a"), env)
+	body := `{"namespace":"api","key":"k","limits":[{"limit":10,"window":"1h"}]}`
+	n.check(t, body)
+	n.rewrite(t, yaml(r.Prefix+"-b"))
+	if got := n.check(t, body); got.Limits[0].Remaining != 8 {
+		t.Errorf("after the store changed: %+v, want 8 remaining (the hit before kept)", got)
+	}
+	if w := do(n.api, "POST", "/v1/namespaces/api/sync", ""); w.Code != 200 {
+		t.Fatalf("sync: %d %s", w.Code, w.Body)
+	}
+	start := strategy.WindowStart(time.Now(), time.Hour)
+	for prefix, want := range map[string]float64{r.Prefix + "-a": 0, r.Prefix + "-b": 2} {
+		store, err := redis.New(r.Client(t), redis.Config{Prefix: prefix})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c, err := store.GetWindow(context.Background(), "api", "k", start, time.Hour); err != nil || c != want {
+			t.Errorf("store %s holds %v hits (err %v), want %v", prefix, c, err, want)
+		}
+	}
+}
+
+// The rls section's rules and response_headers follow the file.
+func TestReloadRLSRulesAndHeaders(t *testing.T) {
+	dir := t.TempDir()
+	rulesFile := filepath.Join(dir, "edge.yaml")
+	rules := func(limit int) string {
+		return fmt.Sprintf("domain: edge\ndescriptors:\n  - key: user\n    rate_limit: {unit: hour, requests_per_unit: %d}\n", limit)
+	}
+	writeFile(t, rulesFile, rules(2))
+	yaml := func(headers bool) string {
+		return fmt.Sprintf("rls:\n  config: %s\n  listen: 127.0.0.1:0\n  response_headers: %v\n", rulesFile, headers)
+	}
+	n := newReloadNode(t, yaml(false), nil)
+	ask := func() *pb.RateLimitResponse {
+		t.Helper()
+		resp, err := n.rls.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := ask(); resp.Statuses[0].CurrentLimit.RequestsPerUnit != 2 || len(resp.ResponseHeadersToAdd) != 0 {
+		t.Fatalf("before the reload: %v", resp)
+	}
+	writeFile(t, rulesFile, rules(7))
+	n.rewrite(t, yaml(true))
+	resp := ask()
+	if st := resp.Statuses[0]; st.CurrentLimit.RequestsPerUnit != 7 || st.LimitRemaining != 5 || len(resp.ResponseHeadersToAdd) == 0 {
+		t.Errorf("after the reload: %v, want limit 7, 5 remaining, headers", resp)
+	}
+	if logs := n.logs.String(); !strings.Contains(logs, "rls_domains=edge settings=rls.response_headers") {
+		t.Errorf("the reload line does not name the rls changes:\n%s", logs)
 	}
 }
