@@ -73,6 +73,8 @@ type Service struct {
 	opts Options
 	cfg  atomic.Pointer[Config]
 	sync atomic.Bool // the namespace is synchronous: descriptors are counted concurrently
+
+	live atomic.Pointer[Options] // Options.Headers and MaxKeyBytes in force (SetOptions)
 }
 
 // NewService returns a Service over cfg. SetConfig replaces the
@@ -82,8 +84,15 @@ func NewService(in *ratelimiting.Instance, cfg *Config, o Options) *Service {
 		o.Now = time.Now
 	}
 	s := &Service{in: in, opts: o}
+	s.live.Store(&o)
 	s.SetConfig(cfg)
 	return s
+}
+
+// SetOptions replaces Headers and MaxKeyBytes for the requests that
+// follow; the other options are kept.
+func (s *Service) SetOptions(o Options) {
+	s.live.Store(&Options{Headers: o.Headers, MaxKeyBytes: o.MaxKeyBytes})
 }
 
 // SetConfig makes cfg the configuration of the requests that follow, and
@@ -173,7 +182,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if failed > 0 || (quota > 0 && quota == quotaFailed) {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
 	}
-	if s.opts.Headers {
+	if s.live.Load().Headers {
 		resp.ResponseHeadersToAdd = headers(ds)
 	}
 	return resp, nil
@@ -212,8 +221,8 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, i int, d *ratelim
 		return nil
 	}
 	out.key = counterKey(req.Domain, entries, m.Shared)
-	if s.opts.MaxKeyBytes > 0 && len(out.key) > s.opts.MaxKeyBytes {
-		return status.Errorf(codes.InvalidArgument, "descriptors[%d]: its entries make a key of %d bytes: at most %d (node.max_key_bytes)", i, len(out.key), s.opts.MaxKeyBytes)
+	if maxKey := s.live.Load().MaxKeyBytes; maxKey > 0 && len(out.key) > maxKey {
+		return status.Errorf(codes.InvalidArgument, "descriptors[%d]: its entries make a key of %d bytes: at most %d (node.max_key_bytes)", i, len(out.key), maxKey)
 	}
 	if out.stats == "" {
 		out.stats = m.Limits[0].FullKey

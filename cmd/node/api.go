@@ -114,7 +114,7 @@ var incrementSchema = []jsonField{
 // handleIncrement is POST /v1/increment: Kong's increment. value (default
 // 1) may be fractional, and negative to refund.
 func (n *Node) handleIncrement(w http.ResponseWriter, r *http.Request) {
-	buf, p := readBody(w, r, n.cfg.Node.MaxBodyBytes)
+	buf, p := readBody(w, r, n.state().cfg.Node.MaxBodyBytes)
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -186,11 +186,12 @@ func (n *Node) handleWindow(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) checkKey(key string) *problem {
+	maxKey := n.state().cfg.Node.MaxKeyBytes
 	switch {
 	case key == "":
 		return invalid("key", "key: required: the client's key, like \"user:42\"")
-	case len(key) > n.cfg.Node.MaxKeyBytes:
-		return invalid("key", fmt.Sprintf("key: %d bytes: must be at most %d bytes", len(key), n.cfg.Node.MaxKeyBytes))
+	case len(key) > maxKey:
+		return invalid("key", fmt.Sprintf("key: %d bytes: must be at most %d bytes", len(key), maxKey))
 	}
 	return nil
 }
@@ -211,11 +212,12 @@ type namespaceJSON struct {
 // handleNamespaces is GET /v1/namespaces: the effective configuration of
 // every namespace, secrets masked, with the policies using it.
 func (n *Node) handleNamespaces(w http.ResponseWriter, _ *http.Request) {
-	masked := n.cfg.Masked()
+	cfg := n.state().cfg
+	masked := cfg.Masked()
 	out := make([]namespaceJSON, 0, len(masked.Namespaces))
 	for _, ns := range masked.Namespaces {
 		nj := namespaceJSON{NamespaceConfig: ns, Policies: []string{}}
-		for _, p := range n.cfg.Policies {
+		for _, p := range cfg.Policies {
 			if p.Namespace == ns.Name {
 				nj.Policies = append(nj.Policies, p.Name)
 			}
@@ -231,7 +233,7 @@ func (n *Node) handleNamespaces(w http.ResponseWriter, _ *http.Request) {
 func (n *Node) handleSync(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	var local, found bool
-	for _, ns := range n.cfg.Namespaces {
+	for _, ns := range n.state().cfg.Namespaces {
 		if ns.Name == name {
 			found, local = true, ns.Strategy == StrategyLocal
 		}
@@ -260,7 +262,7 @@ func (n *Node) handleSync(w http.ResponseWriter, r *http.Request) {
 
 // redact masks the node's secrets in s.
 func (n *Node) redact(s string) string {
-	for _, sec := range secretsOf(n.cfg) {
+	for _, sec := range secretsOf(n.state().cfg) {
 		s = strings.ReplaceAll(s, sec, "xxxxx")
 	}
 	return s

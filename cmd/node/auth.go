@@ -13,7 +13,7 @@ import (
 // they are refused (403), so that no one on the network can drive the node.
 func (n *Node) admin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		token := n.cfg.Node.AdminToken
+		token := n.state().cfg.Node.AdminToken
 		if token == "" {
 			if !n.adminOpen.Load() {
 				writeProblem(w, &problem{Type: probForbidden, Title: "Admin endpoints disabled", Status: http.StatusForbidden,

@@ -229,14 +229,15 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, methodNotAllowed(http.MethodPost))
 		return
 	}
-	buf, p := readBody(w, r, n.cfg.Node.MaxBodyBytes)
+	l := n.state()
+	buf, p := readBody(w, r, l.cfg.Node.MaxBodyBytes)
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	st := checkPool.Get().(*checkState)
 	defer checkPool.Put(st)
-	p = decodeCheck(buf.Bytes(), st, n.cfg.Node.MaxKeyBytes)
+	p = decodeCheck(buf.Bytes(), st, l.cfg.Node.MaxKeyBytes)
 	putBody(buf)
 	if p != nil {
 		writeProblem(w, p)
@@ -249,7 +250,7 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 		oc   *outcomeCounters
 	)
 	if in.policy != "" {
-		pol := n.policies[in.policy]
+		pol := l.policies[in.policy]
 		if pol == nil {
 			writeProblem(w, notFound("policy", fmt.Sprintf("policy %q: no such policy", in.policy)))
 			return
@@ -275,7 +276,7 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 		if math.IsNaN(cost) {
 			cost = 1
 		}
-		name, oc = in.namespace, n.nsOutcomes[in.namespace]
+		name, oc = in.namespace, l.nsOutcomes[in.namespace]
 		var err error
 		d, err = n.in.Check(r.Context(), ratelimiting.Request{
 			Namespace: in.namespace, Key: in.key, Cost: cost, Limits: in.limits, Penalty: in.penalty,
@@ -292,7 +293,7 @@ func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h := w.Header()
-	middleware.WriteHeaders(h, name, d, n.headers)
+	middleware.WriteHeaders(h, name, d, l.headers)
 	h["Content-Type"] = jsonContentType
 	st.out = appendDecision(st.out[:0], d)
 	if d.Allowed {

@@ -260,7 +260,7 @@ namespaces:
 		t.Run(format, func(t *testing.T) {
 			cfg.Node.LogFormat = format
 			var buf bytes.Buffer
-			log := newLogger(cfg, &buf)
+			log, _ := newLogger(cfg, &buf)
 			log.Info("dial redis://:pa55word@127.0.0.1:1/0", "url", cfg.Namespaces[0].URL, "err", errors.New("auth pa55word refused"), "token", "t0ken-xyz")
 			if out := buf.String(); strings.Contains(out, "pa55word") || strings.Contains(out, "t0ken-xyz") || !strings.Contains(out, "xxxxx") {
 				t.Errorf("log leaks a secret: %s", out)

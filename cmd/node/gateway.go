@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,9 +20,17 @@ import (
 // the first route in the file), checked by the route's policy through the
 // middleware, and proxied to the upstream when allowed. Requests no route
 // matches are proxied unlimited (a route with path "/" limits everything).
+// Its routes and proxy are one table, read with an atomic load and
+// replaced whole by a reload.
 type gateway struct {
+	routes atomic.Pointer[gwRoutes]
+}
+
+// gwRoutes is the gateway's route table and the proxy behind it.
+type gwRoutes struct {
 	routes []gwRoute // longest prefix first
-	proxy  http.Handler
+	proxy  *httputil.ReverseProxy
+	cfg    GatewayConfig // what the proxy was built from
 }
 
 type gwRoute struct {
@@ -30,21 +39,41 @@ type gwRoute struct {
 	handler http.Handler // the policy's limiter in front of the proxy
 }
 
-func newGateway(n *Node, c GatewayConfig) (*gateway, error) {
-	g := &gateway{proxy: newProxy(c, n.log)}
+// newRoutes returns the route table of c over policies. The proxy of prev
+// (the running table, or nil) is kept when c's upstream, timeouts and
+// trusted proxies are prev's: its idle connections stay open.
+func newRoutes(c GatewayConfig, policies map[string]*policy, log *slog.Logger, prev *gwRoutes) (*gwRoutes, error) {
+	t := &gwRoutes{cfg: c}
+	if prev != nil && sameProxy(prev.cfg, c) {
+		t.proxy = prev.proxy
+	} else {
+		t.proxy = newProxy(c, log)
+	}
 	for _, rc := range c.Routes {
-		p := n.policies[rc.Policy]
+		p := policies[rc.Policy]
 		if p == nil {
 			return nil, fmt.Errorf("gateway route %q: no such policy %q", rc.Path, rc.Policy)
 		}
-		g.routes = append(g.routes, gwRoute{
+		t.routes = append(t.routes, gwRoute{
 			prefix:  strings.TrimSuffix(path.Clean(rc.Path), "/"),
 			methods: rc.Methods,
-			handler: p.lim.Handler(g.proxy),
+			handler: p.lim.Handler(t.proxy),
 		})
 	}
-	slices.SortStableFunc(g.routes, func(a, b gwRoute) int { return cmp.Compare(len(b.prefix), len(a.prefix)) })
-	return g, nil
+	slices.SortStableFunc(t.routes, func(a, b gwRoute) int { return cmp.Compare(len(b.prefix), len(a.prefix)) })
+	return t, nil
+}
+
+// sameProxy reports whether a and b build the same proxy.
+func sameProxy(a, b GatewayConfig) bool {
+	return a.Upstream == b.Upstream && a.Timeout == b.Timeout && a.ConnectTimeout == b.ConnectTimeout && slices.Equal(a.trusted, b.trusted)
+}
+
+// closeIdle closes the idle upstream connections of t's proxy.
+func (t *gwRoutes) closeIdle() {
+	if tr, ok := t.proxy.Transport.(*http.Transport); ok {
+		tr.CloseIdleConnections()
+	}
 }
 
 // newProxy returns the reverse proxy to the upstream. Every exchange is
@@ -104,17 +133,21 @@ func peerTrusted(r *http.Request, trusted []netip.Prefix) bool {
 
 // ServeHTTP routes r.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if rt := g.match(r); rt != nil {
+	t := g.routes.Load()
+	if rt := t.match(r); rt != nil {
 		rt.handler.ServeHTTP(w, r)
 		return
 	}
-	g.proxy.ServeHTTP(w, r)
+	t.proxy.ServeHTTP(w, r)
 }
+
+// match returns the route of r in the table in force.
+func (g *gateway) match(r *http.Request) *gwRoute { return g.routes.Load().match(r) }
 
 // match returns the route of r: the longest prefix of its cleaned path
 // (so /api/../admin is /admin), matched segment by segment, among the
 // routes allowing its method.
-func (g *gateway) match(r *http.Request) *gwRoute {
+func (t *gwRoutes) match(r *http.Request) *gwRoute {
 	p := r.URL.Path
 	if p == "" || p[0] != '/' {
 		p = "/" + p
@@ -122,8 +155,8 @@ func (g *gateway) match(r *http.Request) *gwRoute {
 	if strings.Contains(p, "/.") || strings.Contains(p, "//") {
 		p = path.Clean(p)
 	}
-	for i := range g.routes {
-		rt := &g.routes[i]
+	for i := range t.routes {
+		rt := &t.routes[i]
 		if p != rt.prefix && !strings.HasPrefix(p, rt.prefix+"/") {
 			continue
 		}

@@ -200,7 +200,7 @@ func TestGatewayUpstreamFailure(t *testing.T) {
 func TestGatewayMatch(t *testing.T) {
 	up := newUpstream(t)
 	n := newTestNode(t, gatewayYAML(up.srv.URL, ""), nil)
-	g := n.gateway.(*gateway)
+	g := n.gateway
 	tests := []struct {
 		method, path string
 		want         string // the route's prefix; "-" no route

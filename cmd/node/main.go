@@ -2,7 +2,8 @@
 // ratelimiting.Instance configured from a YAML file, serves its decisions
 // over an HTTP JSON API (/v1/check, /v1/increment, /v1/window), reports
 // health and Prometheus metrics, optionally rate-limits a reverse proxy
-// (gateway mode), and on SIGINT or SIGTERM drains requests and makes a
+// (gateway mode), reloads its configuration on SIGHUP and when its files
+// change (reload.go), and on SIGINT or SIGTERM drains requests and makes a
 // final sync of every namespace before it exits.
 //
 //	go build -o ratesync-node ./cmd/node

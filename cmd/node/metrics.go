@@ -19,6 +19,8 @@ type metrics struct {
 	decisions *prometheus.CounterVec
 	syncDur   *prometheus.HistogramVec
 	rls       *rlsMetrics
+	reloads   *prometheus.CounterVec
+	reloadOK  prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -34,11 +36,32 @@ func newMetrics() *metrics {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"namespace", "op", "result"}),
 	}
+	m.reloads = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratesync_config_reloads_total",
+		Help: "Configuration reloads (SIGHUP or a changed file) by result: ok (applied), error (the running configuration kept).",
+	}, []string{"result"})
+	m.reloads.WithLabelValues("ok")
+	m.reloads.WithLabelValues("error")
+	m.reloadOK = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ratesync_config_last_reload_success_timestamp_seconds",
+		Help: "Unix time the configuration in force was applied: at start, then at each successful reload.",
+	})
+	m.reloadOK.SetToCurrentTime()
 	m.rls = newRLSMetrics(m.reg)
-	m.reg.MustRegister(m.decisions, m.syncDur,
+	m.reg.MustRegister(m.decisions, m.syncDur, m.reloads, m.reloadOK,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// reloaded counts a reload.
+func (m *metrics) reloaded(ok bool) {
+	if !ok {
+		m.reloads.WithLabelValues("error").Inc()
+		return
+	}
+	m.reloads.WithLabelValues("ok").Inc()
+	m.reloadOK.SetToCurrentTime()
 }
 
 // watch registers the collector of in's Stats.

@@ -30,26 +30,39 @@ const (
 
 // Node is the limiter node: a ratelimiting.Instance with the namespaces of
 // its config, the stores they sync with, the policies, the HTTP API and the
-// optional gateway. Build it with newNode, run it with Serve.
+// optional gateway. Build it with newNode, run it with Serve; reload applies
+// a new configuration while it serves (reload.go).
 type Node struct {
-	cfg        Config
-	log        *slog.Logger
-	in         *ratelimiting.Instance
-	stores     *stores
-	metrics    *metrics
-	headers    middleware.HeaderOptions
-	policies   map[string]*policy          // by name; read-only after newNode
-	nsOutcomes map[string]*outcomeCounters // decision counters of /v1/check's namespace form
-	api        http.Handler
-	gateway    http.Handler // nil without a gateway section
-	rls        *rls.Service // nil without an rls section
-	probes     probes       // store probes of /readyz
-	adminOpen  atomic.Bool  // admin endpoints need no token: none set, loopback listener
-	closing    atomic.Bool  // shutting down: not ready
-	flushing   atomic.Bool  // counting the diffs the final sync pushes
-	flushed    atomic.Int64
-	rlsLn      net.Listener // the rls section's gRPC listener, set by Serve (tests set it)
+	cfg       Config // as started: the listeners, node.id and log format, which a reload keeps
+	live      atomic.Pointer[live]
+	log       *slog.Logger
+	in        *ratelimiting.Instance
+	metrics   *metrics
+	api       http.Handler
+	gateway   *gateway     // nil without a gateway section
+	rls       *rls.Service // nil without an rls section
+	probes    probes       // store probes of /readyz
+	adminOpen atomic.Bool  // admin endpoints need no token: none set, loopback listener
+	loopback  atomic.Bool  // the API listens on loopback only
+	closing   atomic.Bool  // shutting down: not ready
+	flushing  atomic.Bool  // counting the diffs the final sync pushes
+	flushed   atomic.Int64
+	rlsLn     net.Listener // the rls section's gRPC listener, set by Serve (tests set it)
+	reloader               // what reload needs: the source of configurations, the lock
 }
+
+// live is what a reload replaces: the configuration in force and what is
+// built from it. Requests read it with one atomic load; it is never changed
+// in place.
+type live struct {
+	cfg        Config
+	policies   map[string]*policy          // by name
+	nsOutcomes map[string]*outcomeCounters // decision counters of /v1/check's namespace form
+	headers    middleware.HeaderOptions
+}
+
+// state returns the configuration in force and what is built from it.
+func (n *Node) state() *live { return n.live.Load() }
 
 // policy is a configured policy and the limiter that enforces it.
 type policy struct {
@@ -64,15 +77,13 @@ type policy struct {
 // node's ratelimiting.Instance (tests give it a clock).
 func newNode(ctx context.Context, cfg Config, log *slog.Logger, opts ...ratelimiting.Option) (*Node, error) {
 	n := &Node{
-		cfg:        cfg,
-		log:        log,
-		metrics:    newMetrics(),
-		policies:   map[string]*policy{},
-		nsOutcomes: map[string]*outcomeCounters{},
+		cfg:     cfg,
+		log:     log,
+		metrics: newMetrics(),
 	}
-	n.headers = headerOptions(cfg.Headers)
-	n.adminOpen.Store(cfg.Node.AdminToken == "" && isLoopback(cfg.Node.Listen))
-	st, err := openStores(ctx, cfg, log)
+	n.loopback.Store(isLoopback(cfg.Node.Listen))
+	n.adminOpen.Store(cfg.Node.AdminToken == "" && n.loopback.Load())
+	st, err := openStores(ctx, cfg, log, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -90,34 +101,54 @@ func newNode(ctx context.Context, cfg Config, log *slog.Logger, opts ...ratelimi
 		if err := n.in.New(ns.namespaceConfig(st.byNamespace[ns.Name])); err != nil {
 			return fail(fmt.Errorf("namespace %q: %w", ns.Name, err))
 		}
-		n.nsOutcomes[ns.Name] = n.metrics.outcomes(ns.Name, "")
 	}
 	n.metrics.watch(n.in)
-	var keyOpts middleware.KeyOptions
-	if g := cfg.Gateway; g != nil {
-		keyOpts.TrustedProxies, keyOpts.ConsumerHeader = g.trusted, g.ConsumerHeader
-	}
-	for _, pc := range cfg.Policies {
-		p, err := n.newPolicy(pc, keyOpts)
-		if err != nil {
-			return fail(err)
-		}
-		n.policies[pc.Name] = p
+	l, err := n.build(cfg)
+	if err != nil {
+		return fail(err)
 	}
 	if cfg.Gateway != nil {
-		gw, err := newGateway(n, *cfg.Gateway)
+		routes, err := newRoutes(*cfg.Gateway, l.policies, n.log, nil)
 		if err != nil {
 			return fail(err)
 		}
-		n.gateway = gw
+		n.gateway = &gateway{}
+		n.gateway.routes.Store(routes)
 	}
+	n.live.Store(l)
 	n.rls = n.newRLS()
 	n.api = n.routes()
 	n.firstSync(ctx)
 	return n, nil
 }
 
-func (n *Node) newPolicy(pc PolicyConfig, keyOpts middleware.KeyOptions) (*policy, error) {
+// build returns the live state of cfg: its policies, on the instance's
+// namespaces as they are, and their counters.
+func (n *Node) build(cfg Config) (*live, error) {
+	l := &live{
+		cfg:        cfg,
+		policies:   map[string]*policy{},
+		nsOutcomes: map[string]*outcomeCounters{},
+		headers:    headerOptions(cfg.Headers),
+	}
+	for _, ns := range cfg.Namespaces {
+		l.nsOutcomes[ns.Name] = n.metrics.outcomes(ns.Name, "")
+	}
+	var keyOpts middleware.KeyOptions
+	if g := cfg.Gateway; g != nil {
+		keyOpts.TrustedProxies, keyOpts.ConsumerHeader = g.trusted, g.ConsumerHeader
+	}
+	for _, pc := range cfg.Policies {
+		p, err := n.newPolicy(pc, keyOpts, l.headers, cfg.Node.MaxKeyBytes)
+		if err != nil {
+			return nil, err
+		}
+		l.policies[pc.Name] = p
+	}
+	return l, nil
+}
+
+func (n *Node) newPolicy(pc PolicyConfig, keyOpts middleware.KeyOptions, headers middleware.HeaderOptions, maxKeyBytes int) (*policy, error) {
 	if pc.MissingKey == "empty" {
 		keyOpts.Fallback = middleware.FallbackEmpty
 	}
@@ -127,9 +158,9 @@ func (n *Node) newPolicy(pc PolicyConfig, keyOpts middleware.KeyOptions) (*polic
 	}
 	p := &policy{cfg: pc, outcomes: n.metrics.outcomes(pc.Namespace, pc.Name)}
 	lim, err := middleware.New(n.in, pc.policy(key), middleware.Options{
-		Headers:       n.headers,
+		Headers:       headers,
 		DeniedMessage: pc.ErrorMessage,
-		MaxKeyBytes:   n.cfg.Node.MaxKeyBytes,
+		MaxKeyBytes:   maxKeyBytes,
 		Observe:       func(_ *http.Request, res middleware.Result) { p.outcomes.add(res.Outcome) },
 	})
 	if err != nil {
@@ -230,8 +261,9 @@ func (n *Node) Serve(ctx context.Context) error {
 // ServeListeners serves the API on apiLn and the gateway on gwLn (nil
 // without a gateway) until ctx is done or a server fails, then shuts down.
 func (n *Node) ServeListeners(ctx context.Context, apiLn, gwLn net.Listener) error {
-	n.adminOpen.Store(n.cfg.Node.AdminToken == "" && isLoopback(apiLn.Addr().String()))
-	if n.cfg.Node.AdminToken == "" && !n.adminOpen.Load() {
+	n.loopback.Store(isLoopback(apiLn.Addr().String()))
+	n.adminOpen.Store(n.state().cfg.Node.AdminToken == "" && n.loopback.Load())
+	if !n.adminOpen.Load() && n.state().cfg.Node.AdminToken == "" {
 		n.log.Warn("admin endpoints disabled: the API listens beyond loopback and no admin token is set (node.admin_token or " + EnvAdminToken + ")")
 	}
 	errLog := slog.NewLogLogger(n.log.Handler(), slog.LevelWarn)
@@ -271,20 +303,27 @@ func (n *Node) ServeListeners(ctx context.Context, apiLn, gwLn net.Listener) err
 		go func() { errc <- grpcSrv.srv.Serve(n.rlsLn) }()
 		n.log.Info("rls listening", "address", n.rlsLn.Addr().String(), "config", n.cfg.RLS.Config, "domains", n.rls.Config().Domains())
 	}
+	var watching sync.WaitGroup
+	wctx, stopWatch := context.WithCancel(ctx)
+	if n.load != nil {
+		watching.Go(func() { n.watch(wctx, n.hup, watchEvery) })
+	}
 	var cause error
 	select {
 	case <-ctx.Done():
-		n.log.Info("signal received: shutting down", "timeout", time.Duration(n.cfg.Node.ShutdownTimeout).String())
+		n.log.Info("signal received: shutting down", "timeout", time.Duration(n.state().cfg.Node.ShutdownTimeout).String())
 	case err := <-errc:
 		cause = fmt.Errorf("serve: %w", err)
 		n.log.Error("server failed: shutting down", "err", err)
 	}
+	stopWatch()
+	watching.Wait()
 	return errors.Join(cause, n.shutdown(servers, grpcSrv))
 }
 
 func (n *Node) adminMode() string {
 	switch {
-	case n.cfg.Node.AdminToken != "":
+	case n.state().cfg.Node.AdminToken != "":
 		return "bearer token"
 	case n.adminOpen.Load():
 		return "open on loopback"
@@ -298,7 +337,7 @@ func (n *Node) adminMode() string {
 // shutdown timeout again and logs how many diffs it flushed.
 func (n *Node) shutdown(servers []*http.Server, grpcSrv *rlsServer) error {
 	n.closing.Store(true)
-	timeout := time.Duration(n.cfg.Node.ShutdownTimeout)
+	timeout := time.Duration(n.state().cfg.Node.ShutdownTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	var wg sync.WaitGroup
 	if grpcSrv != nil {
@@ -319,8 +358,12 @@ func (n *Node) shutdown(servers []*http.Server, grpcSrv *rlsServer) error {
 	return n.close(ctx)
 }
 
-// close makes the final sync (Instance.Close) and closes the stores.
+// close makes the final sync (Instance.Close) and closes the stores. It
+// waits for a reload under way, and no reload runs after it.
 func (n *Node) close(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.closed = true
 	pending := n.pendingDiffs()
 	n.flushing.Store(true)
 	start := time.Now()

@@ -28,16 +28,20 @@ const maxDetailedSeries = 1000
 // newRLS returns the node's Envoy rate limit service, or nil without an
 // rls section.
 func (n *Node) newRLS() *rls.Service {
-	r := n.cfg.RLS
-	if r == nil {
+	if n.cfg.RLS == nil {
 		return nil
 	}
-	return rls.NewService(n.in, r.rules, rls.Options{
+	return rls.NewService(n.in, n.cfg.RLS.rules, n.rlsOptions(n.cfg))
+}
+
+// rlsOptions returns the options of the rls service of cfg.
+func (n *Node) rlsOptions(cfg Config) rls.Options {
+	return rls.Options{
 		Namespace:   RLSNamespace,
-		Headers:     r.ResponseHeaders,
-		MaxKeyBytes: n.cfg.Node.MaxKeyBytes,
+		Headers:     cfg.RLS.ResponseHeaders,
+		MaxKeyBytes: cfg.Node.MaxKeyBytes,
 		Observe:     n.metrics.rls.observe,
-	})
+	}
 }
 
 // rlsServer is the gRPC server of the rls section: ShouldRateLimit, the
@@ -77,7 +81,7 @@ func (n *Node) handleJSON(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, notFound("", "POST /json: the node has no rls section"))
 		return
 	}
-	buf, p := readBody(w, r, n.cfg.Node.MaxBodyBytes)
+	buf, p := readBody(w, r, n.state().cfg.Node.MaxBodyBytes)
 	if p != nil {
 		writeProblem(w, p)
 		return

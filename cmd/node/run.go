@@ -7,12 +7,17 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 )
 
-// run is the whole process but for signals and the exit code: read the
-// configuration, log it (secrets masked), build the node and serve until
-// ctx is done. env is the environment as os.Environ gives it; logs go to
+// run is the whole process but for SIGINT, SIGTERM and the exit code: read
+// the configuration, log it (secrets masked), build the node and serve
+// until ctx is done, reloading the configuration on SIGHUP and when its
+// files change. env is the environment as os.Environ gives it; logs go to
 // stderr. A nil error means a clean stop: every namespace's final sync
 // succeeded.
 func run(ctx context.Context, args, env []string) error {
@@ -21,6 +26,10 @@ func run(ctx context.Context, args, env []string) error {
 
 // runWithLog is run with the log written to stderr (tests capture it).
 func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error {
+	// A SIGHUP during the start is kept for the node to reload once serving.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	getenv := func(name string) string {
 		for _, kv := range env {
 			if k, v, ok := strings.Cut(kv, "="); ok && k == name {
@@ -36,7 +45,7 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	log := newLogger(cfg, stderr)
+	log, logCtl := newLogger(cfg, stderr)
 	eff, _ := json.Marshal(cfg.Masked())
 	log.Info("ratesync node starting", "config", string(eff))
 	if cfg.Node.adminTokenFrom != "" {
@@ -46,6 +55,8 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	if err != nil {
 		return redactErr(err, cfg)
 	}
+	n.load = func() (Config, error) { return loadConfig(args, getenv, io.Discard) }
+	n.logCtl, n.hup = logCtl, hup
 	return redactErr(n.Serve(ctx), cfg)
 }
 
@@ -64,23 +75,47 @@ func redactErr(err error, cfg Config) error {
 	return errors.New(s)
 }
 
-// newLogger returns the node's logger: text or JSON on w, at the configured
-// level, with every secret of cfg masked in every attribute.
-func newLogger(cfg Config, w io.Writer) *slog.Logger {
+// logControl is what a reload changes in the node's logger: its level,
+// and the secrets it masks (those of every configuration applied so far).
+type logControl struct {
+	level   slog.LevelVar
+	secrets atomic.Pointer[[]string]
+}
+
+// set applies cfg's level and adds its secrets.
+func (lc *logControl) set(cfg Config) {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.Node.LogLevel))
-	secrets := secretsOf(cfg)
+	lc.level.Set(level)
+	var secrets []string
+	if old := lc.secrets.Load(); old != nil {
+		secrets = slices.Clone(*old)
+	}
+	for _, s := range secretsOf(cfg) {
+		if !slices.Contains(secrets, s) {
+			secrets = append(secrets, s)
+		}
+	}
+	lc.secrets.Store(&secrets)
+}
+
+// newLogger returns the node's logger: text or JSON on w, at the configured
+// level, with every secret of cfg masked in every attribute, and what
+// changes its level and secrets on a reload.
+func newLogger(cfg Config, w io.Writer) (*slog.Logger, *logControl) {
+	lc := &logControl{}
+	lc.set(cfg)
 	mask := func(s string) (string, bool) {
 		changed := false
-		for _, sec := range secrets {
+		for _, sec := range *lc.secrets.Load() {
 			if strings.Contains(s, sec) {
 				s, changed = strings.ReplaceAll(s, sec, "xxxxx"), true
 			}
 		}
 		return s, changed
 	}
-	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-		if len(secrets) == 0 {
+	opts := &slog.HandlerOptions{Level: &lc.level, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if len(*lc.secrets.Load()) == 0 {
 			return a
 		}
 		switch a.Value.Kind() {
@@ -98,7 +133,7 @@ func newLogger(cfg Config, w io.Writer) *slog.Logger {
 		return a
 	}}
 	if cfg.Node.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
+		return slog.New(slog.NewJSONHandler(w, opts)), lc
 	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return slog.New(slog.NewTextHandler(w, opts)), lc
 }

@@ -23,10 +23,25 @@ import (
 const storeStartTimeout = 30 * time.Second
 
 // stores are the strategies of the node's namespaces and the clients they
-// run on. This file is the only one that knows the strategy packages.
+// run on. This file is the only one that knows the strategy packages. A
+// reload opens the stores of a new configuration with the running ones at
+// hand (openStores' prev): a store whose settings did not change is kept,
+// with its client and its counts.
 type stores struct {
 	byNamespace map[string]strategy.Strategy
-	closers     []func()
+	byID        map[string]*openStore // by storeID
+}
+
+// openStore is one store and what closes its client.
+type openStore struct {
+	st    strategy.Strategy
+	close func() // nil: nothing to close (the memory store)
+}
+
+// storeID identifies a namespace's store: namespaces with the same
+// strategy, URL and options share one.
+func storeID(ns *NamespaceConfig) string {
+	return fmt.Sprintf("%s|%s|%+v|%+v", ns.Strategy, ns.URL, ns.Redis, ns.Postgres)
 }
 
 // Every store the node opens decides checks in the store: the
@@ -174,50 +189,61 @@ func parseRedis(ns *NamespaceConfig) (func() goredis.UniversalClient, error) {
 
 // openStores connects the stores the namespaces name. Namespaces with the
 // same strategy, URL and options share one client and one store; all
-// memory namespaces share one in-process store.
-func openStores(ctx context.Context, cfg Config, log *slog.Logger) (*stores, error) {
-	s := &stores{byNamespace: map[string]strategy.Strategy{}}
-	shared := map[string]strategy.Strategy{}
-	var mem *memory.Store
+// memory namespaces share one in-process store. A store prev holds (the
+// running node's, on a reload) is taken over, not opened again; prev is
+// left as it was, and closeUnused closes what the new set no longer uses.
+func openStores(ctx context.Context, cfg Config, log *slog.Logger, prev *stores) (*stores, error) {
+	s := &stores{byNamespace: map[string]strategy.Strategy{}, byID: map[string]*openStore{}}
 	for i := range cfg.Namespaces {
 		ns := &cfg.Namespaces[i]
 		if ns.Strategy == StrategyLocal {
 			continue
 		}
-		id := fmt.Sprintf("%s|%s|%+v|%+v", ns.Strategy, ns.URL, ns.Redis, ns.Postgres)
-		if st, ok := shared[id]; ok {
-			s.byNamespace[ns.Name] = st
+		id := storeID(ns)
+		if o, ok := s.byID[id]; ok {
+			s.byNamespace[ns.Name] = o.st
+			continue
+		}
+		if o, ok := prev.lookup(id); ok {
+			s.byID[id] = o
+			s.byNamespace[ns.Name] = o.st
 			continue
 		}
 		var (
-			st  strategy.Strategy
+			o   *openStore
 			err error
 		)
 		switch ns.Strategy {
 		case StrategyMemory:
-			if mem == nil {
-				mem = memory.New()
-			}
-			st = mem
+			o = &openStore{st: memory.New()}
 		case StrategyRedis:
-			st, err = s.openRedis(ns)
+			o, err = openRedis(ns)
 		case StrategyPostgres:
-			st, err = s.openPostgres(ctx, ns)
+			o, err = openPostgres(ctx, ns)
 		default:
 			err = fmt.Errorf("unknown strategy %q", ns.Strategy)
 		}
 		if err != nil {
-			s.close()
+			s.closeUnused(prev)
 			return nil, fmt.Errorf("namespace %q: strategy %s at %s: %s", ns.Name, ns.Strategy, maskURL(ns.URL), maskSecrets(err.Error(), ns.URL))
 		}
-		shared[id] = st
-		s.byNamespace[ns.Name] = st
+		s.byID[id] = o
+		s.byNamespace[ns.Name] = o.st
 		log.Info("store ready", "namespace", ns.Name, "strategy", ns.Strategy, "url", maskURL(ns.URL))
 	}
 	return s, nil
 }
 
-func (s *stores) openRedis(ns *NamespaceConfig) (strategy.Strategy, error) {
+// lookup returns the store of id, if s (which may be nil) holds one.
+func (s *stores) lookup(id string) (*openStore, bool) {
+	if s == nil {
+		return nil, false
+	}
+	o, ok := s.byID[id]
+	return o, ok
+}
+
+func openRedis(ns *NamespaceConfig) (*openStore, error) {
 	newClient, err := parseRedis(ns)
 	if err != nil {
 		return nil, err
@@ -232,11 +258,10 @@ func (s *stores) openRedis(ns *NamespaceConfig) (strategy.Strategy, error) {
 		_ = client.Close()
 		return nil, err
 	}
-	s.closers = append(s.closers, func() { _ = client.Close() })
-	return st, nil
+	return &openStore{st: st, close: func() { _ = client.Close() }}, nil
 }
 
-func (s *stores) openPostgres(ctx context.Context, ns *NamespaceConfig) (strategy.Strategy, error) {
+func openPostgres(ctx context.Context, ns *NamespaceConfig) (*openStore, error) {
 	pc, err := pgxpool.ParseConfig(ns.URL)
 	if err != nil {
 		return nil, errors.New("not a PostgreSQL URL or DSN")
@@ -259,14 +284,30 @@ func (s *stores) openPostgres(ctx context.Context, ns *NamespaceConfig) (strateg
 		pool.Close()
 		return nil, err
 	}
-	s.closers = append(s.closers, pool.Close)
-	return st, nil
+	return &openStore{st: st, close: pool.Close}, nil
+}
+
+// adopt adds the stores of o that s does not hold.
+func (s *stores) adopt(o *stores) {
+	for id, st := range o.byID {
+		if _, ok := s.byID[id]; !ok {
+			s.byID[id] = st
+		}
+	}
 }
 
 // close closes the clients; call it after the instance's final sync.
-func (s *stores) close() {
-	for _, c := range s.closers {
-		c()
+func (s *stores) close() { s.closeUnused(nil) }
+
+// closeUnused closes the clients of s that keep (which may be nil) does
+// not hold: after a reload, once no namespace uses them.
+func (s *stores) closeUnused(keep *stores) {
+	for id, o := range s.byID {
+		if _, kept := keep.lookup(id); !kept && o.close != nil {
+			o.close()
+		}
+		if keep == nil {
+			delete(s.byID, id)
+		}
 	}
-	s.closers = nil
 }
