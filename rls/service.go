@@ -2,6 +2,8 @@ package rls
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"math"
@@ -117,7 +119,8 @@ type descriptor struct {
 	addend    uint64
 	key       string // counter key
 	stats     string // stats key
-	detailed  bool
+	rule      string // the rule's stats key, when stats holds the descriptor's values
+	detailed  bool   // stats holds the descriptor's values: bounded by the observer
 	status    *pb.RateLimitResponse_DescriptorStatus
 	err       error
 }
@@ -145,6 +148,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	if len(replacing) > 0 {
 		for i := range ds {
+			if ds[i].unlimited {
+				continue // upstream takes an unlimited rule out before replacing: it is never replaced
+			}
 			kept := ds[i].limits[:0:0]
 			for _, l := range ds[i].limits {
 				if l.Name == "" || !replacing[l.Name] {
@@ -152,9 +158,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 				}
 			}
 			ds[i].limits = kept
-			if len(kept) == 0 {
-				ds[i].unlimited = false
-			}
 		}
 	}
 	s.decideAll(ctx, req.Domain, ds)
@@ -166,7 +169,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			return nil, d.err
 		}
 		resp.Statuses[i] = d.status
-		quotaMode := len(d.limits) > 0 && d.limits[0].QuotaMode
+		quotaMode := len(d.limits) > 0 && d.limits[0].QuotaMode && !d.unlimited
 		if quotaMode {
 			quota++
 		}
@@ -209,8 +212,14 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, i int, d *ratelim
 		if unit.Duration() == 0 {
 			return status.Errorf(codes.InvalidArgument, "descriptors[%d].limit.unit %s: must be one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR", i, o.GetUnit())
 		}
+		// Upstream names an override's stats by the descriptor's values;
+		// they are bounded as detailed ones, under the rule it overrides.
+		out.rule = req.Domain
+		if m.Limit != nil {
+			out.rule = m.Limit.FullKey
+		}
 		m = Match{Limits: []*RateLimit{{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: unit, FullKey: descriptorKey(req.Domain, entries)}}}
-		out.stats = m.Limits[0].FullKey
+		out.stats, out.detailed = m.Limits[0].FullKey, true
 	}
 	if len(m.Limits) == 0 {
 		return nil
@@ -222,12 +231,12 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, i int, d *ratelim
 	}
 	out.key = counterKey(req.Domain, entries, m.Shared)
 	if maxKey := s.live.Load().MaxKeyBytes; maxKey > 0 && len(out.key) > maxKey {
-		return status.Errorf(codes.InvalidArgument, "descriptors[%d]: its entries make a key of %d bytes: at most %d (node.max_key_bytes)", i, len(out.key), maxKey)
+		out.key = digestKey(req.Domain, out.key)
 	}
 	if out.stats == "" {
-		out.stats = m.Limits[0].FullKey
+		out.stats, out.rule = m.Limits[0].FullKey, m.Limits[0].FullKey
 		if m.Limits[0].DetailedMetric {
-			out.stats, out.detailed = descriptorKey(req.Domain, entries), true
+			out.stats, out.detailed = detailedKey(req.Domain, entries, m.Shared), true
 		}
 	}
 	return nil
@@ -268,6 +277,7 @@ type verdict struct {
 	reset     time.Duration
 	before    float64 // count before the hit (upstream rules)
 	after     float64 // count after it
+	denied    bool    // a rule with an algorithm that did not count the hit
 }
 
 // decide decides one descriptor and sets its status.
@@ -296,6 +306,14 @@ func (s *Service) decide(ctx context.Context, domain string, d *descriptor) {
 		}
 		verdicts = append(verdicts, v)
 	}
+	if len(checked) > 0 && !fits(checked, d.addend) {
+		// More hits than a limit can ever take: over, as upstream would
+		// answer, with nothing counted.
+		for _, l := range checkedRules {
+			verdicts = append(verdicts, verdict{limit: l, over: true, denied: true, reset: l.Unit.Duration()})
+		}
+		checked = nil
+	}
 	if len(checked) > 0 {
 		dec, err := s.in.Check(ctx, ratelimiting.Request{Namespace: s.opts.Namespace, Key: d.key + "|", Cost: float64(d.addend), Limits: checked})
 		if err != nil {
@@ -310,7 +328,7 @@ func (s *Service) decide(ctx context.Context, domain string, d *descriptor) {
 			if v.over {
 				v.reset = st.RetryAfter
 			}
-			v.before = v.after
+			v.before, v.denied = v.after, !dec.Allowed
 			if dec.Allowed {
 				v.before = v.after - float64(d.addend)
 			}
@@ -363,7 +381,7 @@ func (s *Service) count(ctx context.Context, d *descriptor, l *RateLimit) (verdi
 // upstream's arithmetic: the hits above the near-limit threshold (80% of
 // the limit) are near the limit, those above the limit over it.
 func (s *Service) stats(domain string, d *descriptor, verdicts []verdict, shadow bool) Stats {
-	st := Stats{Domain: domain, Key: d.stats, Rule: d.limits[0].FullKey, Detailed: d.detailed, TotalHits: d.addend}
+	st := Stats{Domain: domain, Key: d.stats, Rule: d.rule, Detailed: d.detailed, TotalHits: d.addend}
 	v := verdicts[0] // the descriptor's first rule, as upstream has one
 	for _, w := range verdicts {
 		if w.limit == d.limits[0] {
@@ -372,13 +390,13 @@ func (s *Service) stats(domain string, d *descriptor, verdicts []verdict, shadow
 	}
 	limit := float64(v.limit.RequestsPerUnit)
 	near := math.Floor(float64(float32(limit) * nearLimitRatio))
-	hits := float64(d.addend)
 	if v.over {
-		if v.before >= limit {
+		switch {
+		case v.denied || v.before >= limit:
 			st.OverLimit = d.addend
-		} else {
-			st.OverLimit = uint64(v.after - limit)
-			st.NearLimit = uint64(limit - math.Max(near, v.before))
+		default:
+			st.OverLimit = hits(v.after - limit)
+			st.NearLimit = hits(limit - math.Max(near, v.before))
 		}
 		if shadow {
 			st.Shadow = st.OverLimit
@@ -388,12 +406,39 @@ func (s *Service) stats(domain string, d *descriptor, verdicts []verdict, shadow
 	st.WithinLimit = d.addend
 	if v.after > near {
 		if v.before >= near {
-			st.NearLimit = uint64(hits)
+			st.NearLimit = d.addend
 		} else {
-			st.NearLimit = uint64(v.after - near)
+			st.NearLimit = hits(v.after - near)
 		}
 	}
 	return st
+}
+
+// hits converts a difference of counts to a number of hits: never
+// negative, at most MaxUint64.
+func hits(f float64) uint64 {
+	switch {
+	case !(f > 0):
+		return 0
+	case f >= math.MaxUint64:
+		return math.MaxUint64
+	}
+	return uint64(f)
+}
+
+// fits reports whether addend hits could ever pass every limit: within
+// each window's limit and each bucket's capacity.
+func fits(limits []ratelimiting.Limit, addend uint64) bool {
+	for _, l := range limits {
+		most := l.Limit
+		if l.Burst > 0 {
+			most = l.Burst
+		}
+		if float64(addend) > most {
+			return false
+		}
+	}
+	return true
 }
 
 // ratelimitingLimit returns the ratelimiting.Limit of an extension rule.
@@ -476,6 +521,43 @@ func escape(b *strings.Builder, s string) {
 			b.WriteByte(c)
 		}
 	}
+}
+
+// detailedKey is upstream's stats name of a descriptor under a
+// detailed_metric rule: domain.key_value for every entry (key_ when the
+// value is empty), or, when a share_threshold wildcard matched, its
+// pattern in place of that entry's value and key alone for an empty value.
+func detailedKey(domain string, entries []Entry, shared []string) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for i, e := range entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		switch {
+		case shared == nil:
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		case shared[i] != "":
+			b.WriteByte('_')
+			b.WriteString(shared[i])
+		case e.Value != "":
+			b.WriteByte('_')
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// digestKey stands for a counter key longer than the node's bound: the
+// domain and the key's SHA-256, which no other key can be (an entry always
+// holds an unescaped '=', a digest never does).
+func digestKey(domain, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	var b strings.Builder
+	escape(&b, domain)
+	b.WriteString("|#")
+	b.WriteString(base64.RawURLEncoding.EncodeToString(sum[:]))
+	return b.String()
 }
 
 // descriptorKey is upstream's name of a descriptor in its stats:

@@ -44,7 +44,7 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	}
 	if r := c.RLS; r != nil {
 		ns := r.applyDefaults(getenv, set)
-		if ns.DictCapacity != 0 {
+		if ns.DictCapacity > 0 { // a bad one is reported on the rls section alone
 			capacity[ns.Dict] = ns.DictCapacity
 		}
 		c.Namespaces = append(c.Namespaces, ns)
@@ -179,12 +179,12 @@ func (s *source) validate(c *Config) error {
 		switch _, dup := nss[ns.Name]; {
 		case path != "rls" && c.RLS != nil && ns.Name == RLSNamespace:
 			s.reportValue(path+".name", ns.Name, "the rls section counts in a namespace of this name: choose another")
-		case dup && ns.Name != "":
+		case dup && ns.Name != "" && path != "rls": // a namespace named rls is reported above
 			s.reportValue(path+".name", ns.Name, "another namespace has this name")
 		}
 		nss[ns.Name] = s.checkNamespace(path, ns)
 	}
-	s.checkDictCapacities(c.Namespaces)
+	s.checkDictCapacities(c)
 	var consumer string
 	if c.Gateway != nil {
 		consumer = c.Gateway.ConsumerHeader
@@ -219,10 +219,11 @@ func (s *source) validate(c *Config) error {
 
 // checkDictCapacities refuses two namespaces on one dict that set
 // different capacities: a dict has one, and each namespace shows it.
-func (s *source) checkDictCapacities(nss []NamespaceConfig) {
+func (s *source) checkDictCapacities(c *Config) {
+	nss := c.Namespaces
 	first := map[string]int{} // dict: index of the first namespace setting its capacity
 	for i, ns := range nss {
-		path := fmt.Sprintf("namespaces[%d].dict_capacity", i)
+		path := c.namespacePath(i) + ".dict_capacity"
 		if !s.set(path) || ns.DictCapacity <= 0 {
 			continue
 		}
@@ -233,7 +234,7 @@ func (s *source) checkDictCapacities(nss []NamespaceConfig) {
 		}
 		if other := nss[j]; other.DictCapacity != ns.DictCapacity {
 			s.bad(path, "", fmt.Sprintf("namespace %q (line %d) sets dict %q to %d; namespaces on one dict must set the same capacity, or leave it out",
-				other.Name, s.line(fmt.Sprintf("namespaces[%d].dict_capacity", j)), ns.Dict, other.DictCapacity))
+				other.Name, s.line(c.namespacePath(j)+".dict_capacity"), ns.Dict, other.DictCapacity))
 		}
 	}
 }
@@ -289,7 +290,8 @@ func loadRLS(path string, ns namespace.Config) (*rls.Config, error) {
 			if errors.As(err, &pe) {
 				key := strings.TrimPrefix(pe.Key, "limits[0].")
 				key = cmp.Or(map[string]string{"limit": "requests_per_unit", "window": "unit", "type": "algorithm"}[key], key)
-				errs = append(errs, fmt.Errorf("%s: %s: %s %s: %s", list[i].Source, list[i].FullKey, key, pe.Value, pe.Allowed))
+				allowed := strings.NewReplacer("sliding_window", "sliding", "fixed_window", "fixed").Replace(pe.Allowed) // as the rls files spell them
+				errs = append(errs, fmt.Errorf("%s: %s: %s %s: %s", list[i].Source, list[i].FullKey, key, pe.Value, allowed))
 			}
 		}
 	}

@@ -217,3 +217,65 @@ func TestRLSStoreDown(t *testing.T) {
 		return len(cnt) > 0 && strings.Contains(do(n.api, "GET", "/metrics", "").Body.String(), `ratesync_store_up{namespace="rls"} 1`)
 	})
 }
+
+// The rls section's store fields are a namespace's, and their errors name
+// the rls section, once.
+func TestRLSSectionErrors(t *testing.T) {
+	f := rlsFile(t, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: anchored}\n")
+	for _, tc := range []struct {
+		yaml string
+		want []string
+	}{
+		{"rls:\n  config: %s\n  strategy: bogus\n", []string{"test.yaml:3: rls.strategy: \"bogus\""}},
+		{"rls:\n  config: %s\n  strategy: memory\n  sync_rate: 1s\n", []string{"test.yaml:2: rls.config", "d.k: algorithm anchored", "fixed"}},
+		{"namespaces:\n  - name: rls\nrls:\n  config: %s\n", []string{`test.yaml:2: namespaces[0].name: "rls": the rls section counts in a namespace of this name`}},
+		{"rls:\n  config: %s\n  dict_capacity: -5\n", []string{"test.yaml:3: rls.dict_capacity"}},
+		{"rls:\n  config: %s\n  strategy: memory\n  sync_rate: -1s\n", []string{"test.yaml:4: rls.sync_rate"}},
+		{"namespaces:\n  - name: api\n    dict_capacity: 1000\nrls:\n  config: %s\n  dict_capacity: 5000\n", []string{`test.yaml:6: rls.dict_capacity: "5000": namespace "api" (line 3) sets dict "default" to 1000`}},
+	} {
+		_, err := parseConfig("test.yaml", []byte(fmt.Sprintf(tc.yaml, f)), envOf(nil))
+		if err == nil {
+			t.Errorf("%q: accepted", tc.yaml)
+			continue
+		}
+		msg := err.Error()
+		for _, w := range tc.want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%q: %v\nwant %q", tc.yaml, msg, w)
+			}
+		}
+		if lines := strings.Count(msg, "\n") + 1; lines != 1 {
+			t.Errorf("%q: %d errors, want one:\n%s", tc.yaml, lines, msg)
+		}
+	}
+}
+
+// Descriptors counted per value (detailed_metric, overrides) add at most
+// maxDetailedSeries series; past it they count under their rule.
+func TestRLSMetricsAreBounded(t *testing.T) {
+	n := newTestNode(t, fmt.Sprintf("rls:\n  config: %s\n", rlsFile(t, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n")), nil)
+	for i := range maxDetailedSeries + 500 {
+		d := desc("user", fmt.Sprint("u", i))
+		d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: 2}
+		shouldRateLimit(t, n, "d", d)
+	}
+	mfs, err := n.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ratesync_rls_total_hits_total" {
+			continue
+		}
+		if got := len(mf.GetMetric()); got != maxDetailedSeries+1 {
+			t.Errorf("%d series, want %d descriptors and their rule", got, maxDetailedSeries)
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "descriptor" && l.GetValue() == "d.user" && m.GetCounter().GetValue() != 500 {
+					t.Errorf("the rule counted %v hits, want the 500 past the bound", m.GetCounter().GetValue())
+				}
+			}
+		}
+	}
+}
