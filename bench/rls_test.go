@@ -141,7 +141,7 @@ func TestRLSSuite(t *testing.T) {
 	for round := range *rlsRounds {
 		for i := range cases {
 			c := cases[(i+round*5)%len(cases)] // each round starts elsewhere
-			s := measureRLS(ctx, t, c, scripted)
+			s := measureRLS(ctx, t, c, scripted, *rlsWarmup)
 			t.Logf("round %d %-30s %s; per decision: %.2f commands + %.2f in scripts, %.1f usec in commands, %.1f µs Redis CPU, %.1f µs service CPU",
 				round+1, c, s.res, s.cmds, s.inScripts, s.usec, s.redisCPU, s.serverCPU)
 			c.samples = append(c.samples, s)
@@ -150,11 +150,12 @@ func TestRLSSuite(t *testing.T) {
 	t.Logf("ShouldRateLimit, %d rounds of %v per case, median [range]:\n%s", *rlsRounds, *rlsTime, rlsTable(cases))
 }
 
-// measureRLS warms c up, then measures it once.
-func measureRLS(ctx context.Context, t *testing.T, c *rlsCase, scripted map[string]bool) rlsSample {
+// measureRLS warms c up for warm, then measures it once. scripted names
+// the commands the store's scripts call (scriptCommands).
+func measureRLS(ctx context.Context, t *testing.T, c *rlsCase, scripted map[string]bool, warm time.Duration) rlsSample {
 	t.Helper()
-	warm := c.driver.Config()
-	warmup, err := rlsload.New(rlsload.Config{Target: warm.Target, Workers: warm.Workers, Conns: warm.Conns, Keys: warm.Keys, Duration: *rlsWarmup, Seed: 2})
+	cfg := c.driver.Config()
+	warmup, err := rlsload.New(rlsload.Config{Target: cfg.Target, Workers: cfg.Workers, Conns: cfg.Conns, Keys: cfg.Keys, Duration: warm, Seed: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,12 +248,13 @@ func scriptCommands(t *testing.T) map[string]bool {
 }
 
 // rlsTable renders the cases' samples as the markdown table of
-// BENCHMARKS.md: medians, with the range of decisions/s.
+// BENCHMARKS.md: medians, with the range of decisions/s and of the ratio
+// to envoyproxy/ratelimit's decisions/s in the same round.
 func rlsTable(cases []*rlsCase) string {
-	upstream := map[[2]int]float64{}
+	upstream := map[[2]int]*rlsCase{}
 	for _, c := range cases {
 		if c.svc.name == "envoyproxy/ratelimit" {
-			upstream[[2]int{c.workers, c.keys}] = median(c.samples, func(s rlsSample) float64 { return s.res.PerSecond() })
+			upstream[[2]int{c.workers, c.keys}] = c
 		}
 	}
 	var b strings.Builder
@@ -260,10 +262,16 @@ func rlsTable(cases []*rlsCase) string {
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cases {
 		rate := func(s rlsSample) float64 { return s.res.PerSecond() }
-		lo, hi := extent(c.samples, rate)
+		_, lo, hi := spread(column(c.samples, rate))
 		ratio := ""
-		if u := upstream[[2]int{c.workers, c.keys}]; u > 0 {
-			ratio = fmt.Sprintf("%.2f", median(c.samples, rate)/u)
+		if u := upstream[[2]int{c.workers, c.keys}]; u != nil && len(u.samples) == len(c.samples) {
+			// each round's ratio: the two ran minutes apart at most
+			var ratios []float64
+			for i, s := range c.samples {
+				ratios = append(ratios, rate(s)/rate(u.samples[i]))
+			}
+			med, lo, hi := spread(ratios)
+			ratio = fmt.Sprintf("%.2f [%.2f–%.2f]", med, lo, hi)
 		}
 		cmds, nested, usec, rcpu := "", "", "", ""
 		if c.svc.redis != nil {
@@ -325,32 +333,31 @@ func perCmd(samples []rlsSample, inScripts bool) string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// median is the median of f over samples.
 func median(samples []rlsSample, f func(rlsSample) float64) float64 {
+	m, _, _ := spread(column(samples, f))
+	return m
+}
+
+func column(samples []rlsSample, f func(rlsSample) float64) []float64 {
 	v := make([]float64, len(samples))
 	for i, s := range samples {
 		v[i] = f(s)
 	}
-	slices.Sort(v)
-	if len(v) == 0 {
-		return 0
-	}
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	return v
 }
 
-func extent(samples []rlsSample, f func(rlsSample) float64) (lo, hi float64) {
-	for i, s := range samples {
-		v := f(s)
-		if i == 0 || v < lo {
-			lo = v
-		}
-		if i == 0 || v > hi {
-			hi = v
-		}
+// spread returns the median, least and greatest of v (0s when empty).
+func spread(v []float64) (med, lo, hi float64) {
+	if len(v) == 0 {
+		return 0, 0, 0
 	}
-	return lo, hi
+	v = slices.Sorted(slices.Values(v))
+	med = v[len(v)/2]
+	if len(v)%2 == 0 {
+		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	return med, v[0], v[len(v)-1]
 }
 
 // thousands writes n with comma separators: 12,345.
@@ -631,3 +638,60 @@ func startProcess(t *testing.T, name string, cmd *exec.Cmd, env []string, patter
 }
 
 func numCPU() int { return runtime.NumCPU() }
+
+// TestRLSHarness runs TestRLSSuite's harness briefly: the node with
+// strategy local and with a synchronous Redis namespace, a few hundred
+// requests each, answered OK, with the Redis commands counted where they
+// belong.
+func TestRLSHarness(t *testing.T) {
+	bin := buildRLSNode(t)
+	dir := rlsConfigDir(t)
+	local := startRLSNode(t, bin, dir, "local", "local", 0, nil)
+	synced := startRLSNode(t, bin, dir, "redis-sync", "redis", 0, testenv.PrivateRedis(t))
+	scripted := scriptCommands(t)
+	if !scripted["hincrby"] || scripted["evalsha"] {
+		t.Errorf("commands of the store's scripts: %v, want hincrby and no evalsha", scripted)
+	}
+	var cases []*rlsCase
+	for _, svc := range []*rlsService{local, synced} {
+		for _, keys := range []int{1, 100} {
+			d, err := rlsload.New(rlsload.Config{Target: svc.addr, Workers: 4, Conns: 2, Keys: keys, Requests: 300})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			c := &rlsCase{svc: svc, workers: 4, keys: keys, driver: d}
+			s := measureRLS(context.Background(), t, c, scripted, 100*time.Millisecond)
+			c.samples = append(c.samples, s)
+			cases = append(cases, c)
+			switch {
+			case s.res.OK != 300 || s.res.Requests != 300:
+				t.Errorf("%s: %s, want 300 OK", c, s.res)
+			case svc.redis == nil && (s.cmds != 0 || s.inScripts != 0):
+				t.Errorf("%s: %.3f Redis commands per decision without Redis", c, s.cmds)
+			case svc.redis != nil && (s.perCmd["evalsha"] <= 0 || s.inScripts < 1 || s.usec <= 0):
+				t.Errorf("%s: per decision %v, %.3f in scripts, %.2f usec: want EVALSHA, a hit counted in a script, some usec", c, s.perCmd, s.inScripts, s.usec)
+			}
+		}
+	}
+	if tab := rlsTable(cases); strings.Count(tab, "\n") != len(cases)+2 {
+		t.Errorf("table:\n%s", tab)
+	}
+}
+
+func TestParseCommandStats(t *testing.T) {
+	info := "# Commandstats\r\n" +
+		"cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_config|resetstat:calls=1,usec=33,usec_per_call=33.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_hincrby:calls=30,usec=45,usec_per_call=1.50,rejected_calls=0,failed_calls=0\r\n"
+	got := parseCommandStats(info)
+	want := map[string]cmdStat{"evalsha": {12, 340}, "config|resetstat": {1, 33}, "hincrby": {30, 45}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("%s: %+v, want %+v", k, got[k], w)
+		}
+	}
+}
