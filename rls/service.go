@@ -322,9 +322,6 @@ func (s *Service) decide(ctx context.Context, domain string, d *descriptor) {
 		}
 		for j, st := range dec.Limits {
 			v := verdict{limit: checkedRules[j], over: !dec.Allowed && !st.Allowed, remaining: st.Remaining, reset: st.Reset, after: st.Rate}
-			if !dec.Allowed && st.Allowed {
-				v.remaining = st.Remaining // another limit denied the request; this one would have taken it
-			}
 			if v.over {
 				v.reset = st.RetryAfter
 			}
