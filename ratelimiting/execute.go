@@ -3,12 +3,14 @@ package ratelimiting
 import (
 	"cmp"
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"time"
 
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/syncer"
 )
 
 // The executors: each applies a plan (check.go) in one mode and leaves, in
@@ -22,10 +24,7 @@ import (
 // last read plus this node's hits since.
 func (in *Instance) checkLocal(p *plan, key string) bool {
 	if p.cost == 0 {
-		if len(p.keyed) > 1 { // slots are locked in the request's order: one such peek at a time
-			defer in.lock(key, len(p.keyed)).unlock()
-		}
-		return p.peek(key)
+		return in.judgeLocal(p, key)
 	}
 	defer in.lock(key, p.parts()).unlock()
 	if len(p.keyed) == 0 {
@@ -36,6 +35,28 @@ func (in *Instance) checkLocal(p *plan, key string) bool {
 	ok := p.take(key, p.lockKeyed(key))
 	p.settleKeyed(ok)
 	return ok
+}
+
+// judgeLocal decides the request on this node's view without counting it.
+func (in *Instance) judgeLocal(p *plan, key string) bool {
+	if len(p.keyed) > 1 { // slots are locked in the request's order: one such peek at a time
+		defer in.lock(key, len(p.keyed)).unlock()
+	}
+	return p.peek(key, p.cost)
+}
+
+// holdInDoubt keeps an allowed request that the store may have counted in
+// this node's view of its windows, as taken by the syncer (never pushed
+// from here): the syncer has the store count it once, and the store's
+// totals replace it. Its buckets, anchored windows and logs learn it from
+// the store.
+func (p *plan) holdInDoubt(key string) {
+	for i := range p.groups {
+		g := &p.groups[i]
+		if g.w.AddTaken(key, p.cost, p.now) != nil {
+			g.cur, g.counted = g.before+p.cost, true
+		}
+	}
 }
 
 // take counts the request in every window and bucket when ok and every
@@ -84,14 +105,17 @@ func (p *plan) take(key string, ok bool) bool {
 	return true
 }
 
-// peek judges a request of cost 0: it counts nothing.
-func (p *plan) peek(key string) bool {
+// peek judges a request of cost on this node's view and counts nothing:
+// a request of cost 0 (cost 0), or one the store may have counted
+// (judgeLocal: cost p.cost). Buckets, anchored windows and logs are
+// judged at p.cost.
+func (p *plan) peek(key string, cost float64) bool {
 	ok := true
 	for i := range p.groups {
 		g := &p.groups[i]
 		g.before = g.w.Value(key)
 		g.cur = g.before
-		g.passable = p.fits(i, g.before, 0)
+		g.passable = p.fits(i, g.before, cost)
 		ok = ok && g.passable
 	}
 	for i := range p.buckets {
@@ -311,6 +335,16 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string
 	}
 	c := strategy.Check{Namespace: n.cfg.Name, Key: key, Cost: p.cost, Now: time.UnixMilli(p.now), Limits: limits}
 	res, ok, err := n.syncer.Check(ctx, c, windows, tables)
+	if errors.Is(err, syncer.ErrInDoubt) {
+		// The store may have counted the request: judge it on this node's
+		// view, and keep it there, not to be pushed (the syncer has the
+		// store count it once).
+		allowed = in.judgeLocal(p, key)
+		if allowed {
+			p.holdInDoubt(key)
+		}
+		return allowed, true, nil
+	}
 	if err != nil || !ok {
 		return false, false, err
 	}
@@ -427,7 +461,7 @@ func (in *Instance) checkSynchronous(ctx context.Context, p *plan, n *ns, key st
 		}
 		return !denied(p), nil
 	}
-	if ok := p.peek(key); !ok || p.cost == 0 {
+	if ok := p.peek(key, 0); !ok || p.cost == 0 {
 		return ok, nil
 	}
 	for i := range p.groups {

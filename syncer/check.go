@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
@@ -18,8 +19,32 @@ type checkReq struct {
 	tables  []*shm.Buckets // the bucket table of each bucket limit of check, nil for windows
 	res     strategy.CheckResult
 	ok      bool          // the store decided check
+	doubt   bool          // the store may have counted check: see ErrInDoubt
+	at      time.Time     // when the caller queued it (synchronous mode): its wait is bounded from then
 	done    chan struct{} // one answer
 }
+
+// ErrInDoubt is Check's answer for a check the store did not confirm
+// within the call timeout, though it may have counted it (its reply was
+// lost, or the store hung while applying it). The caller decides on this
+// node's view without counting the request; the syncer sends the same call
+// again, with the same (Node, Seq), before anything else once the store
+// answers, so the store counts the check exactly once (strategy.Checker:
+// it returns the decision it recorded, or applies the check then).
+var ErrInDoubt = errors.New("syncer: the store may have counted the check; decide without counting")
+
+// doubt is a check call the store may have applied: sent again, with its
+// seq, before the lane's next exchange (resolveDoubts).
+type doubt struct {
+	seq    uint64
+	checks []strategy.Check
+	tries  int // resolutions that failed
+}
+
+// maxDoubtTries: a call in doubt is dropped after this many failed
+// resolutions (the store refusing it for good, as opposed to being down:
+// then the lane's pushes behind it would never go).
+const maxDoubtTries = 8
 
 var checkPool = sync.Pool{New: func() any { return &checkReq{done: make(chan struct{}, 1)} }}
 
@@ -37,7 +62,13 @@ func (r *checkReq) release() {
 // caller then decides on this node's counts, which are pushed later.
 func (s *Syncer) Check(ctx context.Context, c strategy.Check, windows []*shm.Window, tables []*shm.Buckets) (res strategy.CheckResult, ok bool, err error) {
 	cf := s.conf.Load()
-	if !cf.canCheck || s.isDown() {
+	if !cf.canCheck {
+		return strategy.CheckResult{}, false, nil
+	}
+	if s.isDown() {
+		if s.probeDue() {
+			s.queue.wake()
+		}
 		return strategy.CheckResult{}, false, nil
 	}
 	r := checkPool.Get().(*checkReq)
@@ -46,6 +77,7 @@ func (s *Syncer) Check(ctx context.Context, c strategy.Check, windows []*shm.Win
 		defer r.release()
 		return s.checkPeriodic(ctx, cf, r)
 	}
+	r.at = time.Now()
 	err = enqueue(&s.queue, &s.queue.checks, r)
 	if err == nil {
 		err = await(ctx, r.done)
@@ -57,16 +89,20 @@ func (s *Syncer) Check(ctx context.Context, c strategy.Check, windows []*shm.Win
 	case err != nil:
 		return strategy.CheckResult{}, false, err // r is the worker's now; the GC takes it
 	}
-	res, ok = r.res, r.ok
+	res, ok, doubt := r.res, r.ok, r.doubt
 	r.release()
+	if doubt {
+		return strategy.CheckResult{}, false, ErrInDoubt
+	}
 	return res, ok, nil
 }
 
 // checkPeriodic decides r in periodic mode, where no worker runs: near-limit
 // checks are few, so this one runs in turn with the syncs of the
 // namespace's lane, after pushing this node's hits of the key that the store
-// has not seen yet. A sync holding the lane longer than HitTimeout (a slow
-// store) makes the caller decide locally instead of waiting.
+// has not seen yet. The whole of it, the wait for the lane included, is
+// bounded by HitTimeout: a sync holding the lane that long (a slow store)
+// makes the caller decide locally instead of waiting.
 func (s *Syncer) checkPeriodic(ctx context.Context, cf *conf, r *checkReq) (strategy.CheckResult, bool, error) {
 	lctx, cancel := context.WithTimeout(ctx, cf.HitTimeout)
 	defer cancel()
@@ -74,20 +110,15 @@ func (s *Syncer) checkPeriodic(ctx context.Context, cf *conf, r *checkReq) (stra
 		return strategy.CheckResult{}, false, ctx.Err()
 	}
 	defer s.lane.mu.unlock()
-	if err := s.flushKey(ctx, r.check.Key, r.windows, r.tables); err != nil {
-		if storeFailed(ctx, err) {
-			s.markDown()
-		}
-		return strategy.CheckResult{}, false, nil
-	}
-	actx, acancel := context.WithTimeout(ctx, cf.HitTimeout)
-	s.applyChecks(actx, []*checkReq{r})
-	acancel()
+	s.serveChecks(lctx, []*checkReq{r})
 	<-r.done // answered in place: empty the channel before r goes back to the pool
+	if r.doubt {
+		return strategy.CheckResult{}, false, ErrInDoubt
+	}
 	return r.res, r.ok, ctx.Err()
 }
 
-// serveChecks decides the worker's batch of checks: this node's unpushed
+// serveChecks decides a batch of checks within ctx: this node's unpushed
 // hits of each key go first, then the checks in one store call. Callers
 // hold lane.mu.
 func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
@@ -95,8 +126,8 @@ func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
 		if s.isDown() {
 			break
 		}
-		if err := s.flushKey(ctx, r.check.Key, r.windows, r.tables); storeFailed(ctx, err) {
-			s.markDown()
+		if err := s.flushKey(ctx, r.check.Key, r.windows, r.tables); err != nil && !errors.Is(err, context.Canceled) {
+			s.markDown("checks", err)
 		}
 	}
 	s.applyChecks(ctx, batch)
@@ -132,22 +163,24 @@ func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window
 	if len(diffs)+len(buckets) == 0 && len(s.lane.inflight) == 0 {
 		return nil
 	}
-	hctx, cancel := context.WithTimeout(ctx, c.HitTimeout)
-	defer cancel()
 	if len(diffs)+len(buckets) > 0 {
 		b := s.newBatch(c, diffs)
 		b.Buckets = buckets
 		s.addInflight(b)
 	}
-	_, _, err := s.pushInflight(hctx)
-	return err
+	return s.retrying(ctx, func(ctx context.Context) error {
+		_, _, err := s.pushInflight(ctx)
+		return err
+	})
 }
 
 // applyChecks sends the checks to the store as one call, within ctx
-// (bounded by HitTimeout), and answers each; when the store fails, each is
-// answered ok=false (the caller decides locally). A failed call is not
-// retried: whether the store applied it is unknown, and the caller's local
-// decision is counted and pushed instead. Callers hold lane.mu.
+// (bounded by HitTimeout), and answers each. A call that fails is sent
+// again with the same (Node, Seq) while ctx lasts (retrying): the store
+// applies it once and returns the decisions it recorded. When it still
+// fails, the store is down and the checks are in doubt (ErrInDoubt); a
+// call the store refused before any exchange leaves them to the caller
+// (ok=false). Callers hold lane.mu.
 func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 	c := s.conf.Load()
 	ck, can := c.Strategy.(strategy.Checker)
@@ -160,30 +193,103 @@ func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 		checks[i] = r.check
 	}
 	t0 := s.clock.now()
-	res, err := ck.CheckAndCount(ctx, c.Node, c.Seq.Add(1), checks)
-	if err == nil && len(res) != len(checks) {
-		err = fmt.Errorf("strategy returned %d results for %d checks", len(res), len(checks))
-	}
-	s.countCall(callCheck, err)
+	seq := c.Seq.Add(1)
+	var res []strategy.CheckResult
+	sent := false
+	err := s.retrying(ctx, func(ctx context.Context) error {
+		var err error
+		sent = sent || ctx.Err() == nil
+		res, err = ck.CheckAndCount(ctx, c.Node, seq, checks)
+		if err == nil && len(res) != len(checks) {
+			err = fmt.Errorf("strategy returned %d results for %d checks", len(res), len(checks))
+		}
+		s.countCall(callCheck, err)
+		return err
+	})
 	if err != nil {
 		err = fmt.Errorf("syncer: namespace %q: check and count: %w", c.Namespace, err)
 	}
 	s.report(Report{Op: "checks", Duration: s.clock.since(t0), Pushed: len(checks), Err: err})
 	if err != nil {
-		if storeFailed(ctx, err) {
-			s.markDown()
+		if !sent {
+			s.answerLocal(nil, batch)
+			return
 		}
-		s.answerLocal(nil, batch)
+		d := &doubt{seq: seq, checks: make([]strategy.Check, len(checks))}
+		for i, ch := range checks {
+			ch.Limits = slices.Clone(ch.Limits)
+			d.checks[i] = ch
+		}
+		s.lane.doubts = append(s.lane.doubts, d)
+		s.lane.nDoubts.Add(1)
+		for _, r := range batch {
+			r.doubt = true
+			r.done <- struct{}{}
+		}
 		return
-	}
-	if s.health.down {
-		s.markUp()
 	}
 	now := s.clock.ms()
 	for i, r := range batch {
 		s.settleCheck(r, res[i], now)
 		r.res, r.ok = res[i], true
 		r.done <- struct{}{}
+	}
+}
+
+// resolveDoubts sends the check calls in doubt again, oldest first, each
+// with its (Node, Seq): the store counts each exactly once (it applies it
+// now, or returns the decisions it recorded). The view learns the totals
+// from the next exchanges. It stops at the first failure. Callers hold
+// lane.mu.
+func (s *Syncer) resolveDoubts(ctx context.Context) (int, error) {
+	c := s.conf.Load()
+	ck, can := c.Strategy.(strategy.Checker)
+	n := 0
+	for len(s.lane.doubts) > 0 {
+		d := s.lane.doubts[0]
+		if can {
+			_, err := ck.CheckAndCount(ctx, c.Node, d.seq, d.checks)
+			s.countCall(callCheck, err)
+			if err != nil {
+				if d.tries++; d.tries < maxDoubtTries || errors.Is(err, context.Canceled) {
+					return n, fmt.Errorf("syncer: namespace %q: check and count (in doubt, seq %d): %w", c.Namespace, d.seq, err)
+				}
+				c.Logger.Error("ratesync: a check call in doubt is dropped: the store refused it every time",
+					"namespace", c.Namespace, "seq", d.seq, "checks", len(d.checks), "err", err)
+			}
+		}
+		n += len(d.checks)
+		s.lane.doubts[0] = nil
+		s.lane.doubts = s.lane.doubts[1:]
+		s.lane.nDoubts.Add(-1)
+	}
+	s.lane.doubts = nil
+	return n, nil
+}
+
+// retrying runs call, and again while it fails with the store's failure
+// and ctx lasts, at most maxAttempts times, pausing between attempts
+// (retryPause, doubling). Every call it retries is idempotent in the store
+// by its (Node, Seq): a reply lost, or a connection reset, costs a round
+// trip, not a decision on the node.
+func (s *Syncer) retrying(ctx context.Context, call func(context.Context) error) error {
+	pause := retryPause
+	for n := 1; ; n++ {
+		err := call(ctx)
+		if err == nil || n == maxAttempts || ctx.Err() != nil || !storeFailed(ctx, err) {
+			return err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= pause {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, retryPauseMax)
 	}
 }
 

@@ -3,6 +3,7 @@ package syncer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
 	"sync/atomic"
@@ -60,10 +61,21 @@ func newFakeClockSyncer(t *testing.T, rate time.Duration, st strategy.Strategy, 
 	return s, sr
 }
 
-// A failed store call marks the store down as of the clock: hits are
-// counted on the node without asking it until the clock passes the
-// back-off, however long that takes in real time; then the store is asked
-// again and gets every hit. Stats' times are the clock's.
+// waitUntil fails the test unless cond holds within 5s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 5s: %s", what)
+		}
+	}
+}
+
+// A failed store call marks the store down (a breaker): hits are counted
+// on the node at once, without asking it, until a probe succeeds. The
+// probe comes when the clock passes the back-off, however long that takes
+// in real time; it pushes every hit counted meanwhile, and the next hits
+// go to the store again. Stats' times are the clock's.
 func TestDownStateFollowsTheClock(t *testing.T) {
 	clk := &fakeClock{}
 	clk.ns.Store(t0.UnixNano())
@@ -80,7 +92,7 @@ func TestDownStateFollowsTheClock(t *testing.T) {
 
 	clk.Advance(time.Second)
 	failedAt := clk.Now()
-	store.FailPushes(1)
+	store.SetDown(true)
 	if _, err := s.Hit(ctx, w, "k", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +100,7 @@ func TestDownStateFollowsTheClock(t *testing.T) {
 	if st.StoreUp || !st.LastErrorAt.Equal(failedAt) || !st.LastGood.Equal(t0) || st.LocalHits != 1 {
 		t.Fatalf("after a failed hit: %+v, want the store down since %v, LastGood %v, 1 local hit", st, failedAt, t0)
 	}
+	store.SetDown(false)
 
 	// Down until the clock passes the first back-off (100ms), even after
 	// more than that in real time.
@@ -110,21 +123,34 @@ func TestDownStateFollowsTheClock(t *testing.T) {
 		t.Fatalf("while down: %+v, want 4 local hits and the store down", st)
 	}
 
+	// Past the back-off: the hit is still counted on the node, at once,
+	// and the probe it wakes brings every hit to the store.
 	clk.Advance(time.Millisecond)
 	tot, err := s.Hit(ctx, w, "k", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := time.UnixMilli(sr.StartOf(clk.Millis()))
-	if got, _ := store.GetWindow(ctx, "ns", "k", start, time.Hour); got != 6 || tot.Current != 6 {
-		t.Fatalf("after the back-off: store %v, hit's total %v; want 6 and 6", got, tot.Current)
+	if tot.Current != 6 {
+		t.Fatalf("hit at the back-off's end: current %v, want 6 (counted on the node)", tot.Current)
 	}
-	if st := s.Stats(); !st.StoreUp || !st.LastGood.Equal(clk.Now()) || st.LocalHits != 4 || st.InFlight != 0 {
-		t.Fatalf("after recovery: %+v, want the store up, LastGood %v, nothing in flight", st, clk.Now())
+	waitUntil(t, "the probe brings the store back up", func() bool { return s.Stats().StoreUp })
+	start := time.UnixMilli(sr.StartOf(clk.Millis()))
+	if got, _ := store.GetWindow(ctx, "ns", "k", start, time.Hour); got != 6 {
+		t.Fatalf("after the probe: store %v, want 6", got)
+	}
+	if st := s.Stats(); !st.LastGood.Equal(clk.Now()) || st.LocalHits != 5 || st.InFlight != 0 {
+		t.Fatalf("after recovery: %+v, want LastGood %v, 5 local hits, nothing in flight", st, clk.Now())
+	}
+	if tot, err := s.Hit(ctx, w, "k", 1); err != nil || tot.Current != 7 {
+		t.Fatalf("hit after recovery: %v, %v; want the store's total 7", tot.Current, err)
+	}
+	if got, _ := store.GetWindow(ctx, "ns", "k", start, time.Hour); got != 7 {
+		t.Fatalf("after recovery: store %v, want 7", got)
 	}
 }
 
-// Each failed retry doubles the back-off, from 100ms up to 5s, on the clock.
+// Each failed probe doubles the back-off, from 100ms up to 5s, on the
+// clock; meanwhile hits never wait for the store.
 func TestBackoffDoublesUpToMax(t *testing.T) {
 	clk := &fakeClock{}
 	clk.ns.Store(t0.UnixNano())
@@ -144,6 +170,7 @@ func TestBackoffDoublesUpToMax(t *testing.T) {
 		if _, err := s.Hit(ctx, w, "k", 1); err != nil {
 			t.Fatal(err)
 		}
+		time.Sleep(20 * time.Millisecond) // a probe, if one were due, would have started
 		if got := store.pushes.Load(); got != calls {
 			t.Fatalf("back-off %v: the store was asked %v before its end", b, b-time.Millisecond)
 		}
@@ -151,9 +178,7 @@ func TestBackoffDoublesUpToMax(t *testing.T) {
 		if _, err := s.Hit(ctx, w, "k", 1); err != nil {
 			t.Fatal(err)
 		}
-		if got := store.pushes.Load(); got != calls+1 {
-			t.Fatalf("back-off %v: %d store calls at its end, want 1 retry", b, got-calls)
-		}
+		waitUntil(t, fmt.Sprintf("back-off %v: a probe at its end", b), func() bool { return store.pushes.Load() == calls+1 })
 	}
 	store.SetDown(false)
 	clk.Advance(5 * time.Second)
@@ -162,9 +187,10 @@ func TestBackoffDoublesUpToMax(t *testing.T) {
 	}
 	start := time.UnixMilli(sr.StartOf(clk.Millis()))
 	want := float64(2 + 2*len(backoffs))
-	if got, _ := store.GetWindow(ctx, "ns", "k", start, time.Hour); got != want {
-		t.Fatalf("store %v after recovery, want every hit: %v", got, want)
-	}
+	waitUntil(t, "every hit in the store after recovery", func() bool {
+		got, _ := store.GetWindow(ctx, "ns", "k", start, time.Hour)
+		return got == want
+	})
 }
 
 // purgeCounter counts Purge calls.
@@ -240,9 +266,9 @@ func TestCancellationDoesNotMarkTheStoreDown(t *testing.T) {
 	}
 }
 
-// A recovery push that hangs is bounded by Timeout, and a rate change
-// (halt) cuts it short at once: its batch stays in flight for the next
-// push, and the hit waiting behind it is counted on the node.
+// A probe that hangs is bounded by Timeout, and a rate change (halt) cuts
+// it short at once: its batch stays in flight for the next push. A hit
+// meanwhile does not wait for it: it is counted on the node at once.
 func TestHaltCutsAHungRecoveryShort(t *testing.T) {
 	clk := &fakeClock{}
 	clk.ns.Store(t0.UnixNano())
@@ -269,12 +295,13 @@ func TestHaltCutsAHungRecoveryShort(t *testing.T) {
 	})
 	w := sr.Current(clk.Millis())
 	ctx := context.Background()
-	faulty.FailPushes(1)
+	faulty.SetDown(true)
 	if _, err := s.Hit(ctx, w, "k", 1); err != nil { // fails: down, 1 in flight
 		t.Fatal(err)
 	}
+	faulty.SetDown(false)
 	store.Block()
-	clk.Advance(time.Second) // past the back-off: the next turn recovers first
+	clk.Advance(time.Second) // past the back-off: the next hit wakes a probe
 	type result struct {
 		tot strategy.Totals
 		err error

@@ -18,6 +18,7 @@ type hitReq struct {
 	key  string
 	v    float64
 	c    *shm.Counter // the hit's counter, once counted as taken
+	at   time.Time    // when the caller queued it: its wait is bounded from then
 	res  strategy.Totals
 	done chan struct{} // one answer
 }
@@ -111,10 +112,13 @@ func await(ctx context.Context, done <-chan struct{}) error {
 // same.
 func (s *Syncer) Hit(ctx context.Context, w *shm.Window, key string, v float64) (strategy.Totals, error) {
 	if s.isDown() {
+		if s.probeDue() {
+			s.queue.wake()
+		}
 		return s.hitLocal(w, key, v), nil
 	}
 	r := hitPool.Get().(*hitReq)
-	r.w, r.key, r.v = w, key, v
+	r.w, r.key, r.v, r.at = w, key, v, time.Now()
 	err := enqueue(&s.queue, &s.queue.hits, r)
 	if err == nil {
 		err = await(ctx, r.done)
@@ -143,8 +147,8 @@ func (s *Syncer) hitLocal(w *shm.Window, key string, v float64) strategy.Totals 
 }
 
 // synchronous is the worker of synchronous mode: it sends the queued hits
-// and checks as one batch per store call, and retries the store after a
-// failure once the back-off has passed.
+// and checks as one batch per store call, and probes the store once its
+// back-off has passed after a failure.
 func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	retry := time.NewTimer(time.Hour)
@@ -169,28 +173,34 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 			continue
 		}
 		s.serve(ctx, detached)
-		if s.health.downUntil.Load() != 0 {
-			retry.Reset(s.retryIn())
+		if s.isDown() {
+			retry.Reset(max(s.retryIn(), time.Millisecond))
 		}
 	}
 }
 
 // serve answers the queue, one batch per turn on the lane; with nothing
-// queued, it makes one turn that recovers from a past failure once the
-// back-off has passed. It returns once the queue is empty, or after the
-// turn under way when halt cancels ctx. detached is ctx without its
-// cancellation, for the turns.
+// queued, it makes one turn that probes the store when the probe is due,
+// or pushes what is left in flight. Requests queued while the store is
+// down are answered on the node at once. It returns once the queue is
+// empty, or after the turn under way when halt cancels ctx. detached is
+// ctx without its cancellation, for the turns.
 func (s *Syncer) serve(ctx, detached context.Context) {
 	for ctx.Err() == nil { // else halting
 		hits, checks := s.queue.take()
+		idle := len(hits)+len(checks) == 0
+		switch {
+		case !idle && s.isDown():
+			s.answerLocal(hits, checks)
+			continue
+		case idle && !s.probeDue() && (s.isDown() || s.lane.nBatches.Load()+s.lane.nDoubts.Load() == 0):
+			return
+		}
 		if !s.lane.mu.lockCtx(ctx) { // halting
 			s.answerLocal(hits, checks)
 			return
 		}
-		idle := len(hits)+len(checks) == 0
-		if !idle || s.health.down || len(s.lane.inflight) > 0 {
-			s.turn(ctx, detached, hits, checks)
-		}
+		s.turn(ctx, detached, hits, checks)
 		s.lane.mu.unlock()
 		if idle {
 			return
@@ -198,28 +208,35 @@ func (s *Syncer) serve(ctx, detached context.Context) {
 	}
 }
 
-// turn is one turn of the worker on the lane: a recovery when the store
-// failed and its back-off has passed (or, with no request, when batches are
-// in flight), then the checks, then the hits.
+// turn is one turn of the worker on the lane: the checks, then the hits;
+// with none, a probe of the store (or a push of what is in flight).
 //
-// The recovery only pushes batches, which stay in flight when it is cut
-// short, so it runs under ctx, which halt cancels, bounded by Timeout. The
-// checks and hits run under detached, a context that halt does not cancel,
-// bounded by HitTimeout: a call the store may have applied is never
-// abandoned for a local answer, which would count its request twice. halt
-// therefore waits at most HitTimeout for the turn under way. Callers hold
-// lane.mu.
+// The probe is a sync (push, then fetch) under ctx, which halt cancels,
+// bounded by Timeout: callers do not wait for it, they decide on the node
+// until it succeeds. The checks and hits run under detached, a context
+// that halt does not cancel, with the deadline of the oldest request's
+// call timeout (HitTimeout from when it was queued): no caller waits
+// longer, and a call the store may have applied is never abandoned for a
+// local answer, which would count its request twice. halt therefore waits
+// at most HitTimeout for the turn under way. Callers hold lane.mu.
 func (s *Syncer) turn(ctx, detached context.Context, hits []*hitReq, checks []*checkReq) {
 	c := s.conf.Load()
-	if len(hits)+len(checks) == 0 || s.health.down || len(s.lane.inflight) > 0 {
-		rctx, cancel := context.WithTimeout(ctx, c.Timeout)
-		s.recoverLocked(rctx) // the back-off may have ended since the last turn
-		cancel()
-	}
 	if len(hits)+len(checks) == 0 {
+		if s.probeDue() || !s.isDown() && len(s.lane.inflight)+len(s.lane.doubts) > 0 {
+			rctx, cancel := context.WithTimeout(ctx, c.Timeout)
+			_ = s.syncLocked(rctx, "sync")
+			cancel()
+		}
 		return
 	}
-	tctx, cancel := context.WithTimeout(detached, c.HitTimeout)
+	deadline := oldest(hits, checks).Add(c.HitTimeout)
+	if s.isDown() || !time.Now().Before(deadline) {
+		// Down, or these requests waited out their call timeout in the
+		// queue behind a slow call: nothing of them was sent.
+		s.answerLocal(hits, checks)
+		return
+	}
+	tctx, cancel := context.WithDeadline(detached, deadline)
 	defer cancel()
 	if len(checks) > 0 {
 		s.serveChecks(tctx, checks)
@@ -227,6 +244,18 @@ func (s *Syncer) turn(ctx, detached context.Context, hits []*hitReq, checks []*c
 	if len(hits) > 0 {
 		s.applyHits(tctx, hits)
 	}
+}
+
+// oldest returns when the oldest of the requests was queued; the queue
+// keeps them in order.
+func oldest(hits []*hitReq, checks []*checkReq) time.Time {
+	switch {
+	case len(hits) == 0:
+		return checks[0].at
+	case len(checks) == 0 || hits[0].at.Before(checks[0].at):
+		return hits[0].at
+	}
+	return checks[0].at
 }
 
 // answerLocal answers requests without the store: hits are counted on the
@@ -241,39 +270,24 @@ func (s *Syncer) answerLocal(hits []*hitReq, checks []*checkReq) {
 	}
 }
 
-// recoverLocked pushes, within ctx, the in-flight batches and the diffs
-// counted locally while the store failed, once the back-off has passed. It
-// pushes only: fetching every held key could take longer than a
-// synchronous call may, and the next hits read their totals anyway.
-// Callers hold lane.mu.
-func (s *Syncer) recoverLocked(ctx context.Context) {
-	if s.isDown() {
-		return
-	}
-	t0 := s.clock.now()
-	pushed, late, err := s.pushLocked(ctx)
-	s.report(Report{Op: "sync", Duration: s.clock.since(t0), Pushed: pushed, Late: late, Err: err})
-	switch {
-	case storeFailed(ctx, err):
-		s.markDown()
-	case err == nil:
-		s.markUp()
-	}
-}
-
 // applyHits sends batch to the store, within ctx (a turn's: bounded by
-// HitTimeout), and answers each hit with its totals. Batches in flight go
-// first; diffs counted locally earlier ride along in the same batch, before
-// the hits (each hit's totals then include them). Callers hold lane.mu.
+// the call timeout), and answers each hit with its totals. Batches in
+// flight go first; diffs counted locally earlier ride along in the same
+// batch, before the hits (each hit's totals then include them). A push
+// that fails is sent again, the same batch, while ctx lasts (retrying).
+// Callers hold lane.mu.
 func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
-	if s.health.down {
+	if s.isDown() {
 		s.answerLocal(batch, nil)
 		return
 	}
 	c := s.conf.Load()
-	if _, _, err := s.pushInflight(ctx); err != nil {
-		if storeFailed(ctx, err) {
-			s.markDown()
+	if err := s.retrying(ctx, func(ctx context.Context) error {
+		_, _, err := s.pushInflight(ctx)
+		return err
+	}); err != nil {
+		if !errors.Is(err, context.Canceled) {
+			s.markDown("hits", err)
 		}
 		s.answerLocal(batch, nil)
 		return
@@ -295,12 +309,14 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 	b.Buckets = buckets
 	s.addInflight(b)
 	t0 := s.clock.now()
-	totals, err := s.pushCount(ctx, *b)
+	var totals []strategy.Totals
+	err := s.retrying(ctx, func(ctx context.Context) error {
+		var err error
+		totals, err = s.pushCount(ctx, *b)
+		return err
+	})
 	s.report(Report{Op: "hits", Duration: s.clock.since(t0), Pushed: len(diffs), Err: err})
 	if err != nil {
-		if storeFailed(ctx, err) {
-			s.markDown()
-		}
 		s.answerInFlight(batch)
 		return
 	}

@@ -3,50 +3,110 @@ package syncer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// health is the store's down state as the synchronous path sees it: after
-// a failure, hits are counted and checks decided on the node, without
-// asking the store, until a back-off has passed (retryMin, doubling up to
-// retryMax); the next exchange then tries the store again.
+// health is the store's state as the namespace sees it: a breaker. While
+// the store is up, synchronous calls and near-limit checks go to it, each
+// caller waiting at most HitTimeout. An exchange that fails or times out
+// marks it down (markDown): from then on callers decide on the node at
+// once, without asking the store or waiting, until a probe succeeds. In
+// synchronous mode the worker probes once a back-off has passed (retryMin,
+// doubling up to retryMax): it pushes what was counted meanwhile, and
+// marks the store up when that succeeds. In periodic mode each sync is the
+// probe. A sync that takes longer than HitTimeout marks the store down
+// while it runs (watch), so a hung store is seen within one HitTimeout of
+// the exchange it holds up.
 type health struct {
-	// downUntil is the clock (Unix ns) until which the store is not asked;
-	// 0 when it is up. Read without a lock by Hit and Check.
-	downUntil atomic.Int64
+	// Read without a lock by Hit and Check.
+	down atomic.Bool  // true: callers decide on the node
+	next atomic.Int64 // Config.Clock, Unix ns: when the next probe is due
 
-	// Guarded by lane.mu.
-	down    bool          // the last exchange failed and none has succeeded since
-	backoff time.Duration // the current back-off
+	lastSync atomic.Int64 // ns: how long the last successful sync took (watch)
+
+	mu      sync.Mutex    // a leaf of the lock order; guards what follows
+	since   time.Time     // Config.Clock: when the store went down
+	backoff time.Duration // the current back-off (synchronous mode)
 }
 
-// isDown reports whether the store failed recently enough that hits are
-// counted locally without asking it.
-func (s *Syncer) isDown() bool {
-	until := s.health.downUntil.Load()
-	return until != 0 && s.clock.now().UnixNano() < until
+// isDown reports whether callers decide on the node without asking the
+// store. Lock-free.
+func (s *Syncer) isDown() bool { return s.health.down.Load() }
+
+// probeDue reports whether the store is down and its back-off has passed:
+// the synchronous worker then probes it.
+func (s *Syncer) probeDue() bool {
+	return s.health.down.Load() && s.clock.now().UnixNano() >= s.health.next.Load()
 }
 
-// retryIn returns the wait until the back-off ends; 0 when it has.
+// retryIn returns the wait until the next probe is due; 0 when it is.
 func (s *Syncer) retryIn() time.Duration {
-	return max(0, time.Duration(s.health.downUntil.Load()-s.clock.now().UnixNano()))
+	return max(0, time.Duration(s.health.next.Load()-s.clock.now().UnixNano()))
 }
 
-// markDown records a failed exchange: the back-off doubles, from retryMin
-// up to retryMax. Callers hold lane.mu.
-func (s *Syncer) markDown() {
+// markDown records a failed exchange (op, err): the store is down until a
+// probe succeeds; the back-off before the next probe doubles, from
+// retryMin up to retryMax. The first failure logs one WARN line.
+func (s *Syncer) markDown(op string, err error) {
 	h := &s.health
+	now := s.clock.now()
+	h.mu.Lock()
 	h.backoff = min(max(h.backoff*2, retryMin), retryMax)
-	h.down = true
-	h.downUntil.Store(s.clock.now().Add(h.backoff).UnixNano())
+	h.next.Store(now.Add(h.backoff).UnixNano())
+	was := h.down.Swap(true)
+	if !was {
+		h.since = now
+	}
+	h.mu.Unlock()
+	s.queue.wake() // the synchronous worker arms its probe
+	if !was {
+		c := s.conf.Load()
+		c.Logger.Warn("ratesync: store down: deciding on this node until it answers",
+			"namespace", c.Namespace, "op", op, "timeout", c.HitTimeout, "err", err)
+	}
 }
 
-// markUp records a successful exchange after failures. Callers hold lane.mu.
-func (s *Syncer) markUp() {
+// markUp records a successful exchange. After a failure it logs one INFO
+// line: how long the store was down and what was pending then (pushed now,
+// or about to be), and resets the back-off.
+func (s *Syncer) markUp(pending int) {
 	h := &s.health
-	h.down, h.backoff = false, 0
-	h.downUntil.Store(0)
+	if !h.down.Load() {
+		return
+	}
+	now := s.clock.now()
+	h.mu.Lock()
+	was := h.down.Swap(false)
+	since := h.since
+	h.backoff = 0
+	h.next.Store(0)
+	h.mu.Unlock()
+	if was {
+		c := s.conf.Load()
+		c.Logger.Info("ratesync: store back up",
+			"namespace", c.Namespace, "down_for", now.Sub(since).Round(time.Millisecond).String(),
+			"pending", pending, "local_hits", s.stats.local.Load())
+	}
+}
+
+// watch marks the store down when a sync started now is still under way
+// after HitTimeout and twice the last successful sync's duration (a sync
+// of many diffs may rightly take longer than one call): a hang of the
+// store shows within that, not only when the sync's Timeout ends it. Call
+// the returned function when the sync ends.
+func (s *Syncer) watch(op string) (stop func()) {
+	c := s.conf.Load()
+	d := max(c.HitTimeout, 2*time.Duration(s.health.lastSync.Load()))
+	if d >= c.Timeout {
+		return func() {} // the sync's own timeout comes first
+	}
+	t := time.AfterFunc(d, func() {
+		s.markDown(op, fmt.Errorf("syncer: namespace %q: the store has not answered for %v", c.Namespace, d))
+	})
+	return func() { t.Stop() }
 }
 
 // storeFailed reports whether err, which ended an exchange run within ctx,

@@ -46,6 +46,7 @@ type lane struct {
 	mu laneLock // held for a whole exchange with the store; guards what follows
 
 	inflight   []*strategy.Batch     // pushed and not acknowledged, oldest first
+	doubts     []*doubt              // check calls the store may have applied, oldest first (check.go)
 	amounts    map[counterID]float64 // in-flight amount of each counter
 	amountsMax int                   // most entries amounts held since made
 	calls      int                   // store calls that succeeded
@@ -54,6 +55,7 @@ type lane struct {
 	pinned   atomic.Bool  // batches are in flight: the pushed series are pinned
 	nBatches atomic.Int64 // len(inflight), for Stats
 	nDiffs   atomic.Int64 // diffs in those batches, for Stats
+	nDoubts  atomic.Int64 // len(doubts), for Stats
 }
 
 // inflightOf returns the amount of the counter id still in flight: the part
@@ -65,6 +67,9 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	t0 := s.clock.now()
 	c := s.conf.Load()
 	calls := s.lane.calls
+	unwatch := s.watch(op)
+	defer unwatch()
+	m0 := time.Now()
 	pushed, late, err := s.pushLocked(ctx)
 	fetched := 0
 	if err == nil {
@@ -92,12 +97,10 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 		}
 	}
 	s.pruneRetired(now)
-	switch {
-	case err == nil && s.health.down:
-		s.markUp()
-	case c.Rate == 0 && storeFailed(ctx, err):
-		s.markDown() // synchronous hits go local instead of waiting on it
+	if err == nil {
+		s.health.lastSync.Store(int64(time.Since(m0)))
 	}
+	unwatch() // before report: a late watch must not mark down a sync that succeeded
 	s.report(Report{Op: op, Duration: s.clock.since(t0), Pushed: pushed, Fetched: fetched, Late: late, Err: err})
 	return err
 }
@@ -125,9 +128,15 @@ func (s *Syncer) pushLocked(ctx context.Context) (pushed, late int, err error) {
 	return pushed + len(b.Diffs) + len(b.Buckets), late, nil
 }
 
-// pushInflight pushes the batches in flight, oldest first, and stops at the
-// first failure: a lane's batches reach the store in Seq order.
+// pushInflight sends the check calls in doubt again (resolveDoubts), then
+// pushes the batches in flight, oldest first, and stops at the first
+// failure: a lane's calls reach the store in Seq order.
 func (s *Syncer) pushInflight(ctx context.Context) (pushed, late int, err error) {
+	if len(s.lane.doubts) > 0 {
+		if pushed, err = s.resolveDoubts(ctx); err != nil {
+			return pushed, late, err
+		}
+	}
 	now := s.clock.ms()
 	for len(s.lane.inflight) > 0 {
 		b := s.lane.inflight[0]

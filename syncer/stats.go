@@ -25,9 +25,10 @@ type Stats struct {
 	LastGood      time.Time // end of the last successful exchange with the store
 	LastError     error
 	LastErrorAt   time.Time
-	StoreUp       bool   // the last exchange succeeded
+	StoreUp       bool   // the store answers: no exchange failed or hangs since the last that succeeded (see health)
 	InFlight      int    // batches pushed and not acknowledged (>= 0)
 	InFlightDiffs int    // diffs in those batches (>= 0)
+	InDoubt       int    // check calls the store may have applied, to be sent again (ErrInDoubt)
 	Dirty         int    // counters listed with a diff to push
 	Pushes        uint64 // batches acknowledged
 	Checks        uint64 // check calls answered by the store (strategy.Checker)
@@ -76,8 +77,8 @@ func (s *Syncer) countCall(k callKind, err error) {
 func (s *Syncer) countLocal(n int) { s.stats.local.Add(uint64(n)) }
 
 // report records the end of one exchange with the store: the RTT, the
-// store's state and the times of Stats, the log lines of a change of that
-// state, and the observer's call.
+// times of Stats, the store's state (markUp, markDown: the breaker and its
+// log lines), and the observer's call.
 func (s *Syncer) report(r Report) {
 	c := s.conf.Load()
 	r.Namespace = c.Namespace
@@ -95,18 +96,17 @@ func (s *Syncer) report(r Report) {
 	if r.Op != "purge" {
 		now := s.clock.now()
 		st.mu.Lock()
-		wasUp := st.st.StoreUp
 		if r.Err != nil {
-			st.st.LastError, st.st.LastErrorAt, st.st.StoreUp = r.Err, now, false
+			st.st.LastError, st.st.LastErrorAt = r.Err, now
 		} else {
-			st.st.LastGood, st.st.StoreUp = now, true
+			st.st.LastGood = now
 		}
 		st.mu.Unlock()
 		switch {
-		case r.Err != nil && wasUp:
-			c.Logger.Warn("ratesync: store unreachable", "namespace", r.Namespace, "op", r.Op, "err", r.Err)
-		case r.Err == nil && !wasUp:
-			c.Logger.Info("ratesync: store reachable again", "namespace", r.Namespace)
+		case r.Err == nil:
+			s.markUp(r.Pushed)
+		case !errors.Is(r.Err, context.Canceled): // a caller giving up says nothing of the store
+			s.markDown(r.Op, r.Err)
 		}
 	}
 	if c.Observe != nil {
@@ -124,9 +124,11 @@ func (s *Syncer) Stats() Stats {
 	s.stats.mu.Lock()
 	st := s.stats.st
 	s.stats.mu.Unlock()
+	st.StoreUp = !s.isDown()
 	st.LateDropped = s.stats.late.Load()
 	st.LocalHits = s.stats.local.Load()
 	st.InFlight, st.InFlightDiffs = int(s.lane.nBatches.Load()), int(s.lane.nDiffs.Load())
+	st.InDoubt = int(s.lane.nDoubts.Load())
 	for _, sr := range s.conf.Load().Series {
 		st.Dirty += sr.Dirty()
 	}

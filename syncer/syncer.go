@@ -20,6 +20,9 @@ const (
 	retryMin          = 100 * time.Millisecond // first back-off after a store failure
 	retryMax          = 5 * time.Second        // longest back-off
 	maxHitBatch       = 1024                   // hits (and checks) per store call
+	maxAttempts       = 8                      // tries of one synchronous call within its timeout (retrying)
+	retryPause        = 2 * time.Millisecond   // first pause between those tries
+	retryPauseMax     = 50 * time.Millisecond  // longest pause
 )
 
 // Config configures a Syncer. Namespace, Node, Strategy, Series, Now and Seq
@@ -41,7 +44,7 @@ type Config struct {
 	// means Now, in milliseconds.
 	Clock      func() time.Time
 	Timeout    time.Duration // bound on a background sync; DefaultTimeout when 0
-	HitTimeout time.Duration // bound on one turn of synchronous store calls (see halt) and on a check; DefaultHitTimeout when 0
+	HitTimeout time.Duration // the call timeout: bound on a synchronous caller's wait (from when it queued) and on a near-limit check, after which the store is down (see health); DefaultHitTimeout when 0
 	PurgeEvery time.Duration // mean interval between Purge calls (±25% jitter); an hour when 0, never when < 0
 	Logger     *slog.Logger  // slog.Default() when nil
 	Observe    func(Report)  // called after each store exchange; may be nil; must not block
@@ -105,7 +108,6 @@ func New(cfg Config) *Syncer {
 	s := &Syncer{clock: newClock(cfg)}
 	s.lane.mu = make(laneLock, 1)
 	s.queue.signal = make(chan struct{}, 1)
-	s.stats.st.StoreUp = true
 	s.conf.Store(newConf(cfg, nil))
 	return s
 }
