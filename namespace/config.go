@@ -57,6 +57,13 @@ type Config struct {
 	// shm.DefaultCapacity for a new dict). Higher holds more keys exactly;
 	// lower bounds memory (about 100 bytes a counter).
 	DictCapacity int
+	// Timeout is the call timeout of a namespace with a store: the longest
+	// a request waits for the store (a synchronous decision, a near-limit
+	// check) before it is decided on the node, and the longest a sync may
+	// go unanswered before the store counts as down (see README, "The
+	// store down"). 0: the instance's (ratelimiting.WithSyncTimeout), 1s
+	// by default.
+	Timeout time.Duration
 }
 
 // FieldError is a Config that Validate rejects: it names the field, the
@@ -105,6 +112,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.WindowSizes) == 0 {
 		bad("WindowSizes", "window_sizes", "[]", "at least one window size is required")
+	}
+	if c.Timeout < 0 {
+		bad("Timeout", "timeout", c.Timeout.String(), "must be >= 0 (0: the default, 1s)")
 	}
 	if c.DictCapacity < 0 {
 		bad("DictCapacity", "dict_capacity", fmt.Sprint(c.DictCapacity), "must be >= 0 (0 keeps the dict's bound)")

@@ -22,6 +22,7 @@
 package ratelimiting
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -508,7 +509,7 @@ func (in *Instance) syncConfig(n *ns) syncer.Config {
 		Clock:      in.wallClock,
 		Seq:        &in.seq,
 		Timeout:    in.syncTimeout,
-		HitTimeout: in.hitTimeout,
+		HitTimeout: cmp.Or(n.cfg.Timeout, in.hitTimeout),
 		Logger:     in.logger,
 		Observe:    in.observe,
 	}

@@ -65,7 +65,7 @@ func (s *Syncer) markDown(op string, err error) {
 	if !was {
 		c := s.conf.Load()
 		c.Logger.Warn("ratesync: store down: deciding on this node until it answers",
-			"namespace", c.Namespace, "op", op, "timeout", c.HitTimeout, "err", err)
+			"namespace", c.Namespace, "op", op, "timeout", c.HitTimeout.String(), "err", err)
 	}
 }
 

@@ -78,7 +78,7 @@ func (r *RLSConfig) applyDefaults(getenv func(string) string, set func(path stri
 	r.Listen = cmp.Or(r.Listen, DefaultRLSListen)
 	ns := NamespaceConfig{
 		Name: RLSNamespace, Strategy: r.Strategy, URL: r.URL, SyncRate: r.SyncRate,
-		Dict: r.Dict, DictCapacity: r.DictCapacity, Redis: r.Redis, Postgres: r.Postgres,
+		Dict: r.Dict, DictCapacity: r.DictCapacity, Timeout: r.Timeout, Redis: r.Redis, Postgres: r.Postgres,
 	}
 	for _, d := range rls.Units() {
 		ns.WindowSizes = append(ns.WindowSizes, Duration(d))
@@ -397,6 +397,12 @@ func (s *source) checkStrategy(path string, ns *NamespaceConfig) {
 	case ns.Strategy != StrategyLocal && ns.SyncRate < 0:
 		s.bad(field("sync_rate"), "", "must be > 0 (periodic) or 0 (synchronous); use strategy local for no sync")
 	}
+	switch {
+	case s.set(field("timeout")) && ns.Strategy == StrategyLocal:
+		s.bad(field("timeout"), "", "only with strategy memory, redis or postgres (a local namespace never waits for a store)")
+	case s.set(field("timeout")) && (ns.Timeout < Duration(time.Millisecond) || ns.Timeout > Duration(time.Minute)):
+		s.bad(field("timeout"), "", "must be from 1ms to 1m, like 500ms or 1s")
+	}
 	if ns.urlFrom == "file" && ns.Strategy != StrategyRedis && ns.Strategy != StrategyPostgres {
 		s.report(field("url"), "only with strategy redis or postgres")
 	}
@@ -417,6 +423,7 @@ func (ns *NamespaceConfig) namespaceConfig(st strategy.Strategy) namespace.Confi
 		Strategy:     st,
 		DictCapacity: ns.DictCapacity,
 		NearLimit:    ns.NearLimit,
+		Timeout:      time.Duration(ns.Timeout),
 	}
 	for _, d := range ns.WindowSizes {
 		nc.WindowSizes = append(nc.WindowSizes, time.Duration(d))

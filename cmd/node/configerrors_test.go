@@ -50,6 +50,17 @@ namespaces:
   - name: a
     dict: d|x
 `, `4: namespaces[0].dict: "d|x": must not contain '|'`},
+		{"call timeout on a local namespace", `
+namespaces:
+  - name: api
+    timeout: 1s
+`, `4: namespaces[0].timeout: "1s": only with strategy memory, redis or postgres (a local namespace never waits for a store)`},
+		{"call timeout out of range", `
+namespaces:
+  - name: api
+    strategy: memory
+    timeout: 2m
+`, `5: namespaces[0].timeout: "2m": must be from 1ms to 1m, like 500ms or 1s`},
 		{"near_limit on a synchronous namespace", `
 namespaces:
   - name: api
@@ -66,7 +77,7 @@ nodes: {}
 namespaces:
   - name: api
     sync: 1s
-`, `4: namespaces[0].sync: unknown field (known: dict, dict_capacity, name, near_limit, postgres, redis, strategy, sync_rate, url, window_sizes)`},
+`, `4: namespaces[0].sync: unknown field (known: dict, dict_capacity, name, near_limit, postgres, redis, strategy, sync_rate, timeout, url, window_sizes)`},
 		{"unknown field in redis options", `
 namespaces:
   - name: api

@@ -107,6 +107,23 @@ func (p *Postgres) Start(t testing.TB) {
 	fault(t, p.srv, "Start", p.addr(), func(s *server) error { return s.start(context.Background()) })
 }
 
+// Addr returns the host:port of p's server, for a proxy in front of it.
+func (p *Postgres) Addr() string { return p.addr() }
+
+// Pause stops the server's processes (its process group: the postmaster
+// and every backend) with SIGSTOP: connections stay open and nothing is
+// answered until Resume. As Redis's Pause: a private server only.
+func (p *Postgres) Pause(t testing.TB) {
+	t.Helper()
+	fault(t, p.srv, "Pause", p.addr(), func(s *server) error { return s.pause() })
+}
+
+// Resume continues a paused server (SIGCONT).
+func (p *Postgres) Resume(t testing.TB) {
+	t.Helper()
+	fault(t, p.srv, "Resume", p.addr(), func(s *server) error { return s.resume() })
+}
+
 func (p *Postgres) addr() string {
 	if u, err := url.Parse(p.URL); err == nil {
 		return u.Host

@@ -107,6 +107,7 @@ func (p *proc) pause() error {
 	if err := p.signalGroup(syscall.SIGSTOP); err != nil {
 		return err
 	}
+	p.signalChildren(syscall.SIGSTOP)
 	deadline := time.Now().Add(signalTimeout)
 	for {
 		st, ok := procState(p.pid)
@@ -121,7 +122,49 @@ func (p *proc) pause() error {
 }
 
 // resume continues p's process group with SIGCONT.
-func (p *proc) resume() error { return p.signalGroup(syscall.SIGCONT) }
+func (p *proc) resume() error {
+	p.signalChildren(syscall.SIGCONT)
+	return p.signalGroup(syscall.SIGCONT)
+}
+
+// signalChildren sends sig to each child of p found in /proc: a PostgreSQL
+// backend leaves the postmaster's process group (setsid), so SIGSTOP of
+// the group alone would leave open connections answering. Where there is
+// no Linux-style /proc it does nothing.
+func (p *proc) signalChildren(sig syscall.Signal) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, ok := procParent(pid); ok && ppid == p.pid {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}
+
+// procParent returns the parent pid of pid from /proc/pid/stat (the field
+// after the state letter).
+func procParent(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+4 >= len(b) {
+		return 0, false
+	}
+	f := bytes.Fields(b[i+2:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(string(f[1]))
+	return ppid, err == nil
+}
 
 // procState returns the state letter of pid from /proc/pid/stat ("pid
 // (comm) state ..."; comm may hold spaces and parentheses): R, S, T

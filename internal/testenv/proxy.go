@@ -3,6 +3,8 @@ package testenv
 import (
 	"context"
 	"errors"
+	"math"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -24,8 +26,10 @@ type Proxy struct {
 	target string
 	addr   string // fixed for the proxy's life, across Cut and Restore
 
-	latency atomic.Int64 // time.Duration added to data in both directions
-	drop    atomic.Int64 // server replies left to swallow
+	latency atomic.Int64  // time.Duration added to data in both directions
+	drop    atomic.Int64  // server replies left to swallow
+	share   atomic.Uint64 // math.Float64bits of the share of replies DropShare swallows
+	dropped atomic.Int64  // replies swallowed so far
 
 	mu     sync.Mutex
 	ln     net.Listener // nil while cut or closed
@@ -134,9 +138,22 @@ func (p *Proxy) DropReplies(n int) {
 	p.drop.Add(int64(max(n, 0)))
 }
 
+// DropShare swallows each reply of the server with probability share (0
+// stops it), on every connection, as DropReplies does one: the request was
+// applied, the reply is discarded and the connection closed. Handshakes
+// count as replies: a client's new connection may fail too.
+func (p *Proxy) DropShare(share float64) { p.share.Store(math.Float64bits(share)) }
+
+// Dropped returns how many replies DropReplies and DropShare swallowed.
+func (p *Proxy) Dropped() int { return int(p.dropped.Load()) }
+
 // takeDrop consumes one reply to drop, if any is left and l was open at
-// the last DropReplies.
+// the last DropReplies, or draws one with the share of DropShare.
 func (p *Proxy) takeDrop(l *link) bool {
+	if share := math.Float64frombits(p.share.Load()); share > 0 && rand.Float64() < share {
+		p.dropped.Add(1)
+		return true
+	}
 	p.mu.Lock()
 	eligible := l.id < p.dropBefore
 	p.mu.Unlock()
@@ -149,6 +166,7 @@ func (p *Proxy) takeDrop(l *link) bool {
 			return false
 		}
 		if p.drop.CompareAndSwap(n, n-1) {
+			p.dropped.Add(1)
 			return true
 		}
 	}
