@@ -224,10 +224,30 @@ type CheckResult struct {
 // namespaces.
 type Checker interface {
 	// CheckAndCount decides and counts each check, in order for each key,
-	// as one batch applied at most once per (node, seq) like PushDiffs.
-	// When (node, seq) was already applied it counts nothing again and
-	// returns Allowed false with the current totals. Concurrent calls never
-	// let the checks of one key see a count that another call is changing.
+	// as one batch applied at most once per (node, seq) like PushDiffs,
+	// and records with seq the decisions it made, so that a call retried
+	// after its reply was lost gets the same decisions: each check counts
+	// exactly once whether or not the first reply arrived. Concurrent calls
+	// never let the checks of one key see a count that another call is
+	// changing.
+	//
+	// A store keeps the record of node per shard of its keys (a store
+	// without shards keeps one): the last seq applied in that shard and,
+	// when a call set it, the decision of each of that call's checks in the
+	// shard, in order. PushDiffs and PushAndCount share the records: a push
+	// records its seq with no decisions. The checks of a shard whose record
+	// is
+	//   - below seq (or absent): are decided and counted, and seq is
+	//     recorded with their decisions;
+	//   - seq itself, set by a call (a retry of the same call: the same
+	//     checks in the same order): count nothing again and are returned
+	//     as decided then, Allowed as recorded (a check beyond those
+	//     recorded is not allowed);
+	//   - seq itself set by a push, or above seq (the decisions of an older
+	//     seq are not kept): count nothing and are returned not allowed.
+	// A check that counts nothing is returned with the current totals,
+	// windows and keyed states (a log's RetryAt as for any check returned
+	// not allowed, 0 for one returned allowed).
 	CheckAndCount(ctx context.Context, node string, seq uint64, checks []Check) ([]CheckResult, error)
 }
 

@@ -221,8 +221,8 @@ var bucketCases = []suiteCase{
 		if r := checkOne(t, ck, "n", 7, c); !r.Allowed {
 			t.Fatal("first check denied")
 		}
-		if r := checkOne(t, ck, "n", 7, c); r.Allowed || r.Buckets[0].Level != 120000 {
-			t.Fatalf("replayed (node, seq): %+v, want not allowed, level 120000", r)
+		if r := checkOne(t, ck, "n", 7, c); !r.Allowed || r.Buckets[0].Level != 120000 {
+			t.Fatalf("replayed (node, seq): %+v, want allowed as decided then, level 120000", r)
 		}
 		if b := getBuckets(t, bs, "ns", ref)[ref]; b.Level != 120000 {
 			t.Fatalf("level %v, want 120000: the replay counted", b.Level)

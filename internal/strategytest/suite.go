@@ -68,7 +68,7 @@ func racePasses(t *testing.T, ck strategy.Checker, nodes, perNode int, c strateg
 // Run runs the contract suite against the stores newStore makes, one per
 // case.
 func Run(t *testing.T, newStore NewFunc) {
-	for _, c := range slices.Concat(cases, bucketCases, keyedCases) {
+	for _, c := range slices.Concat(cases, bucketCases, keyedCases, retryCases) {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, newStore(t))
 		})
@@ -392,12 +392,18 @@ var cases = []suiteCase{
 		if got := window(t, s, "ns", "k", strategy.WindowStart(now, sec), sec); got != 3 {
 			t.Fatalf("second window = %v, want 3", got)
 		}
-		again, err := ck.CheckAndCount(context.Background(), "n", 1, []strategy.Check{check(0.1)})
+		// A retry of the call: the decisions made then, nothing counted again.
+		again, err := ck.CheckAndCount(context.Background(), "n", 1, []strategy.Check{check(2), check(2), check(1), check(0.5)})
 		if err != nil {
 			t.Fatalf("CheckAndCount replay: %v", err)
 		}
-		if again[0].Allowed || again[0].Totals[0].Current != 3 {
-			t.Fatalf("replayed (node, seq): %+v, want not allowed and nothing counted", again[0])
+		for i, r := range again {
+			if r.Allowed != wantAllowed[i] || r.Totals[0].Current != 3 {
+				t.Errorf("replayed (node, seq), check %d: %+v, want allowed %v as decided then, current 3 (nothing counted)", i, r, wantAllowed[i])
+			}
+		}
+		if got := window(t, s, "ns", "k", cur, min); got != 3 {
+			t.Fatalf("minute window = %v after the replay, want 3", got)
 		}
 	}},
 	{"concurrent checks never exceed the limit", func(t *testing.T, s strategy.Strategy) {

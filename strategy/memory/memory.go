@@ -46,9 +46,12 @@ type windowID struct {
 	start     int64 // ms
 }
 
+// lane is the record of a push lane: the last seq applied and, when
+// CheckAndCount applied it, the decision of each of its checks.
 type lane struct {
-	seq  uint64
-	seen time.Time
+	seq       uint64
+	seen      time.Time
+	decisions []bool
 }
 
 // Store is an in-process strategy. It is safe for concurrent use; its zero
@@ -253,7 +256,11 @@ func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.
 }
 
 // CheckAndCount decides and counts each check atomically, at most once per
-// (node, seq).
+// (node, seq), and records the decisions with seq in node's lane (the
+// store's one shard): a retry of the call that set the record (the same
+// seq) counts nothing again and gets the decisions made then, with the
+// current totals and states; a seq below the record, or the seq of a push,
+// gets not allowed (see strategy.Checker).
 func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -267,19 +274,28 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 	defer s.mu.Unlock()
 	l, ok := s.lanes[node]
 	apply := !ok || seq > l.seq
+	var kept []bool // the decisions recorded for seq, on a retry
+	if ok && seq == l.seq {
+		kept = l.decisions
+	}
 	out := make([]strategy.CheckResult, len(checks))
 	for i, c := range checks {
-		out[i] = s.check(c, apply)
+		out[i] = s.check(c, apply, i < len(kept) && kept[i])
 	}
 	if apply {
-		s.lanes[node] = lane{seq: seq, seen: time.Now()}
+		decisions := make([]bool, len(out))
+		for i := range out {
+			decisions[i] = out[i].Allowed
+		}
+		s.lanes[node] = lane{seq: seq, seen: time.Now(), decisions: decisions}
 	}
 	return out, nil
 }
 
-// check decides and, when apply and it passes, counts one check. Callers
-// hold s.mu.
-func (s *Store) check(c strategy.Check, apply bool) strategy.CheckResult {
+// check decides and, when apply and it passes, counts one check; when not
+// apply it counts nothing and returns the decision kept (recorded when the
+// call was applied). Callers hold s.mu.
+func (s *Store) check(c strategy.Check, apply, kept bool) strategy.CheckResult {
 	now := c.Now.UnixMilli()
 	counts := func(l strategy.CheckLimit) []float64 {
 		size := l.Sub()
@@ -321,6 +337,9 @@ func (s *Store) check(c strategy.Check, apply bool) strategy.CheckResult {
 			}
 			s.windows[id][c.Key] += c.Cost
 		}
+	}
+	if !apply {
+		allowed = kept
 	}
 	res := strategy.CheckResult{Allowed: allowed, Totals: make([]strategy.Totals, len(c.Limits))}
 	for j, l := range c.Limits {

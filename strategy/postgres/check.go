@@ -11,18 +11,24 @@ import (
 	"github.com/ratesync/ratesync/strategy"
 )
 
-// checkSQL calls the function of migration 005 (migrations/005_keyed.sql),
-// an overload beside those of 004 and of 002 (replaced by 003), which nodes
-// of earlier releases call.
-func checkSQL(n names) string {
+// checkSQL calls the function of migration 006 (migrations/006_decisions.sql)
+// with p_keep true: the function of 005, which it calls, with the decisions
+// kept with the seq. It is an overload beside those of 005, 004 and 002
+// (replaced by 003), which nodes of earlier releases call.
+func checkSQL(n names) string { return checkCall(n, ", true") }
+
+// checkCall calls the function of migration 005 with the checkParams
+// arguments, followed by extra.
+func checkCall(n names, extra string) string {
 	params := make([]string, checkParams)
 	for i := range params {
 		params[i] = fmt.Sprintf("$%d", i+1)
 	}
-	return `SELECT applied, allowed, counts, st_at, st_level, st_retry FROM ` + n.check + `(` + strings.Join(params, ", ") + `)`
+	return `SELECT applied, allowed, counts, st_at, st_level, st_retry FROM ` + n.check + `(` + strings.Join(params, ", ") + extra + `)`
 }
 
-// checkParams is the number of arguments of the function.
+// checkParams is the number of arguments of the function of migration 005:
+// those CheckAndCount binds.
 const checkParams = 31
 
 // group is the state a limit keeps: window counters, a bucket, an anchored
@@ -80,16 +86,16 @@ func checkChecks(node string, checks []strategy.Check) error {
 }
 
 // CheckAndCount decides and counts checks atomically, at most once per
-// (node, seq), in one round trip: a call of the function of migration 005.
-// The function locks the lane's row (serializing calls of one lane, as
-// PushDiffs does), then the buckets, the anchored windows and the logs'
-// headers the checks name, then each counter row the checks read, each
-// table in the one order pushes lock it in too (bucketKey.compare,
-// rowKey.compare), so that no caller deadlocks another, creating absent
-// rows as placeholders to lock them. It does so in a few set-based
-// statements, whatever the number of checks (per table one lock and one
-// read; for counters one per run of previous or of current windows, one
-// read; one write each), plus, per check, a statement for each log it
+// (node, seq), in one round trip: a call of the function of migration 006,
+// which runs that of 005. The function locks the lane's row (serializing
+// calls of one lane, as PushDiffs does), then the buckets, the anchored
+// windows and the logs' headers the checks name, then each counter row the
+// checks read, each table in the one order pushes lock it in too
+// (bucketKey.compare, rowKey.compare), so that no caller deadlocks another,
+// creating absent rows as placeholders to lock them. It does so in a few
+// set-based statements, whatever the number of checks (per table one lock
+// and one read; for counters one per run of previous or of current windows,
+// one read; one write each), plus, per check, a statement for each log it
 // trims or counts in. Checks need not be sorted by key: all their rows are
 // held before the first is decided.
 //
@@ -102,11 +108,23 @@ func checkChecks(node string, checks []strategy.Check) error {
 // each distinct bucket (BucketAdd), anchored window (AnchoredAdd) and log
 // (Log.Add, an entry made or added to); a denied check that a log refuses
 // gets the log's RetryAt. The changed rows are written back and
-// placeholders nothing was counted in are dropped. When (node, seq) was
-// applied before, it counts nothing and denies every check, returning the
+// placeholders nothing was counted in are dropped, and the lane's row
+// records seq with the decision of each check (migration 006).
+//
+// When (node, seq) was applied before, it counts nothing and returns the
 // current state (each check still trims its logs, as the memory store's
-// does).
+// does): when seq is the lane's last and a call set it (a retry of the
+// same call, the same checks in the same order, whose reply was lost),
+// each check as decided then, allowed or not; when seq is below the
+// lane's last (its decisions are no longer kept) or a push set it, every
+// check denied.
 func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
+	return s.checkAndCount(ctx, s.q.check, node, seq, checks)
+}
+
+// checkAndCount is CheckAndCount with the statement query: checkSQL, or a
+// call of an earlier release's function with the same arguments.
+func (s *Store) checkAndCount(ctx context.Context, query string, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -120,7 +138,7 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 	a := newCheckArgs(checks, idx, kidx)
 	b, an, g := keyed[groupBucket], keyed[groupAnchored], keyed[groupLog]
 	var r checkReply
-	err := s.pool.QueryRow(ctx, s.q.check, node, seqParam(seq),
+	err := s.pool.QueryRow(ctx, query, node, seqParam(seq),
 		rows.ns, rows.size, rows.start, rows.key, rows.create,
 		b.ns, b.key, b.kind, b.window,
 		an.ns, an.key, an.window,

@@ -252,3 +252,57 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A check call whose reply is lost, over every kind of limit: its retry
+// with the same (Node, Seq) gets the decisions the server made the first
+// time, and each check is counted exactly once.
+func TestLostCheckReplyRetryGetsTheDecisionsMadeThen(t *testing.T) {
+	p, direct := newDB(t)
+	pool, proxy := proxiedPool(t, p)
+	ctx := context.Background()
+	s, err := postgres.New(ctx, pool, postgres.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := strategytest.Base.Add(15 * time.Second)
+	ms := now.UnixMilli()
+	start := strategy.WindowStart(now, time.Minute)
+	// Seq 1 prepares the statement on the pool's one connection, so that
+	// seq 2 is a single exchange whose reply can be dropped.
+	if _, err := s.CheckAndCount(ctx, "n", 1, strategytest.RetryCall("warm", now)); err != nil {
+		t.Fatalf("seq 1: %v", err)
+	}
+	call := strategytest.RetryCall("ns", now)
+	proxy.DropReplies(1)
+	if _, err := s.CheckAndCount(ctx, "n", 2, call); err == nil {
+		t.Fatal("seq 2 with its reply dropped: no error")
+	}
+	res, err := s.CheckAndCount(ctx, "n", 2, call)
+	if err != nil {
+		t.Fatalf("retry of seq 2: %v", err)
+	}
+	for i, r := range res {
+		if r.Allowed != strategytest.RetryDecisions[i] {
+			t.Errorf("check %d: %+v, want allowed %v (the decision made then)", i, r, strategytest.RetryDecisions[i])
+		}
+	}
+	check, err := postgres.New(ctx, direct, postgres.Config{}) // reads past the proxy
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]float64{"ra": 3, "re": 2, "rf": 0} {
+		if got := mustWindow(t, check, "ns", key, start, time.Minute); got != want {
+			t.Errorf("%s = %v, want %v (counted once)", key, got, want)
+		}
+	}
+	b, err := check.GetBuckets(ctx, "ns", []strategy.BucketRef{{Key: "rb", Kind: 4, Window: time.Second}})
+	if err != nil || len(b) != 1 || b[0].Level != 1000 || b[0].At != ms {
+		t.Errorf("bucket rb: %+v, %v; want level 1000 at %d (counted once)", b, err, ms)
+	}
+	if r := res[4].Buckets[0]; r.Level != 2 || r.At != ms || r.RetryAt != 0 {
+		t.Errorf("log rc of an allowed check: %+v, want sum 2 at %d (counted once), no retry", r, ms)
+	}
+	if r := res[5].Buckets[0]; r.Level != 2 || r.RetryAt != ms+60000 {
+		t.Errorf("log rc of a denied check: %+v, want sum 2, retry at %d", r, ms+60000)
+	}
+}

@@ -253,8 +253,8 @@ func TestUpgradeFrom004AddsAnchoredWindowsAndLogs(t *testing.T) {
 	pushOf004(t, owner, "k", now.UnixMilli())
 	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes", "public.ratesync_counters_buckets")
 	upgrade(t, app, owner, 4)
-	if got := overloads(t, owner, "ratesync_counters_check"); got != "[13 23 31]" {
-		t.Fatalf("check functions with %s arguments, want [13 23 31] (those of releases 003 and 004 kept)", got)
+	if got := overloads(t, owner, "ratesync_counters_check"); got != "[13 23 31 32]" {
+		t.Fatalf("check functions with %s arguments, want [13 23 31 32] (those of releases 003, 004 and 005 kept)", got)
 	}
 	if got := overloads(t, owner, "ratesync_counters_bucket_add"); got != "[8 9]" {
 		t.Fatalf("bucket functions with %s arguments, want [8 9] (release 004's kept)", got)
@@ -276,6 +276,95 @@ func TestUpgradeFrom004AddsAnchoredWindowsAndLogs(t *testing.T) {
 	}
 	if r := res[0]; !r.Allowed || r.Totals[0].Current != 3 || r.Buckets[1].Level != 300000 || r.Buckets[1].At != now.UnixMilli() {
 		t.Fatalf("check of this release on the previous release's key: %+v, want allowed, count 3, level 300000", r)
+	}
+	useEverything(t, s, 10)
+}
+
+// lane returns the lane row of node: its seq, and the seq and decisions
+// it keeps ("<nil>" when none).
+func lane(t *testing.T, pool *pgxpool.Pool, node string) string {
+	t.Helper()
+	var seq, decided, decisions string
+	if err := pool.QueryRow(context.Background(), `SELECT seq::text, coalesce(decided::text, '<nil>'), coalesce(decisions::text, '<nil>')
+		FROM public.ratesync_lanes WHERE node = $1`, node).Scan(&seq, &decided, &decisions); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("seq %s, decided %s %s", seq, decided, decisions)
+}
+
+// A store of the previous release (version 5), used by a role that may
+// not create anything: once its owner has migrated it, a lane recorded
+// before (a seq and no decisions) gives a retry of its seq no decision,
+// nodes of the previous release still running keep checking with the
+// function they know (which keeps no decisions), and this release's calls
+// keep theirs, which a later seq of either release supersedes.
+func TestUpgradeFrom005KeepsDecisions(t *testing.T) {
+	p, owner := newDB(t)
+	ctx := context.Background()
+	migrateTo(t, owner, 5)
+	if _, err := owner.Exec(ctx, `INSERT INTO public.ratesync_lanes (node, seq) VALUES ('n', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	app := appRole(t, p, owner, "public.ratesync_counters", "public.ratesync_lanes", "public.ratesync_counters_buckets",
+		"public.ratesync_counters_anchored", "public.ratesync_counters_logs", "public.ratesync_counters_logentries")
+	upgrade(t, app, owner, 5)
+	if got := overloads(t, owner, "ratesync_counters_check"); got != "[13 23 31 32]" {
+		t.Fatalf("check functions with %s arguments, want [13 23 31 32] (those of releases 003, 004 and 005 kept)", got)
+	}
+	s, err := postgres.New(ctx, app, postgres.Config{})
+	if err != nil {
+		t.Fatalf("New as the role after the upgrade: %v", err)
+	}
+	now := strategytest.Base.Add(30 * time.Second)
+	start := strategy.WindowStart(now, time.Minute)
+	checks := []strategy.Check{
+		{Namespace: "ns", Key: "k", Cost: 2, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 3, Fixed: true}}},
+		{Namespace: "ns", Key: "k", Cost: 2, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 3, Fixed: true}}},
+	}
+	decisions := func(what string, res []strategy.CheckResult, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return fmt.Sprintf("%v %v", res[0].Allowed, res[1].Allowed)
+	}
+	count := func() float64 { return mustWindow(t, s, "ns", "k", start, time.Minute) }
+
+	// The lane's seq 1, recorded before the upgrade: no decision kept.
+	res, err := s.CheckAndCount(ctx, "n", 1, checks)
+	if got := decisions("seq 1", res, err); got != "false false" || count() != 0 {
+		t.Fatalf("seq 1 of a lane recorded before the upgrade: %s, count %v; want false false, 0", got, count())
+	}
+	res, err = s.CheckAndCount(ctx, "n", 2, checks)
+	if got := decisions("seq 2", res, err); got != "true false" || count() != 2 {
+		t.Fatalf("seq 2: %s, count %v; want true false, 2", got, count())
+	}
+	if got := lane(t, owner, "n"); got != "seq 2, decided 2 {t,f}" {
+		t.Fatalf("lane after seq 2: %s", got)
+	}
+	res, err = s.CheckAndCount(ctx, "n", 2, checks)
+	if got := decisions("retry of seq 2", res, err); got != "true false" || count() != 2 {
+		t.Fatalf("retry of seq 2: %s, count %v; want true false (kept), 2", got, count())
+	}
+
+	// A node of the previous release on the same lane (as after a
+	// downgrade): its seq 3 applies and keeps no decision, so neither
+	// release's retry of seq 3 gets one.
+	fresh := []strategy.Check{{Namespace: "ns", Key: "k2", Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 3}}}}
+	res, err = s.CheckAndCountOf005(ctx, "n", 3, fresh)
+	if err != nil || !res[0].Allowed {
+		t.Fatalf("seq 3 with the function of release 005: %+v, %v; want allowed", res, err)
+	}
+	if got := lane(t, owner, "n"); got != "seq 3, decided 2 {t,f}" {
+		t.Fatalf("lane after a seq of release 005: %s", got)
+	}
+	for name, retry := range map[string]func(context.Context, string, uint64, []strategy.Check) ([]strategy.CheckResult, error){
+		"this release's": s.CheckAndCount, "release 005's": s.CheckAndCountOf005,
+	} {
+		res, err = retry(ctx, "n", 3, fresh)
+		if err != nil || res[0].Allowed || res[0].Totals[0].Current != 1 {
+			t.Fatalf("%s retry of seq 3: %+v, %v; want not allowed, current 1", name, res, err)
+		}
 	}
 	useEverything(t, s, 10)
 }

@@ -18,7 +18,8 @@
 //	ratesync_counters(namespace text, window_size bigint, window_start bigint,
 //	                  key bytea, count double precision,
 //	                  PRIMARY KEY (namespace, window_size, window_start, key))
-//	ratesync_lanes(node text PRIMARY KEY, seq numeric(20,0), updated_at timestamptz)
+//	ratesync_lanes(node text PRIMARY KEY, seq numeric(20,0), updated_at timestamptz,
+//	                  decided numeric(20,0), decisions boolean[])
 //	ratesync_counters_buckets(namespace text, key bytea, kind smallint,
 //	                  window_ms bigint, at_ms bigint, level double precision,
 //	                  rate double precision,
@@ -80,7 +81,10 @@
 // quoted names of Config. A push is one statement (one round trip, one
 // transaction) that records the lane's seq, applies the batch's bucket,
 // anchored and log diffs and upserts the batch's counters from arrays, at
-// most once per (Node, Seq). Writers lock the lane's row, then bucket
+// most once per (Node, Seq). A check call records, in the lane's row, its
+// seq again (decided) and its checks' decisions, which a retry of the same
+// call gets instead of new ones (see CheckAndCount). Writers lock the
+// lane's row, then bucket
 // rows, anchored windows, logs' headers, then counter rows, each table in
 // one order, so concurrent pushes and checks never deadlock.
 //

@@ -28,11 +28,18 @@ import (
 // state holds, for a check that did not pass and that the log refuses,
 // the instant it fits (strategy.RetryAt).
 //
-// When (node, seq) was already applied in a check's shard, that check
-// counts nothing and is returned not allowed, with the current totals and
-// buckets. Checks share lane records with PushDiffs: a node numbers its
-// pushes and checks from one sequence, or uses different node names for
-// them.
+// Each shard records seq with the decisions of its checks, in the same
+// atomic step (the lane record: see the package documentation). When seq
+// is the last one applied in a check's shard and was applied by a call (a
+// retry of the same call, the same checks in the same order: its reply was
+// lost, or go-redis resent the script), that check counts nothing again
+// and is returned as decided then, with the current totals and keyed
+// states. When seq is below the last one applied there (its decisions are
+// no longer kept), or was applied by a push (or by a release that recorded
+// no decisions), the check counts nothing and is returned not allowed,
+// with the current totals and keyed states. Checks share lane records with
+// PushDiffs: a node numbers its pushes and checks from one sequence, or
+// uses different node names for them.
 func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

@@ -20,7 +20,8 @@
 --                     'l' log; key number h, now, window ms, limit (a
 --                     bucket's rate), a bucket's burst or '')
 -- KEYS                for each group in turn, k keys: its lane record (the
---                     last seq applied for the node in that shard), its m
+--                     last seq applied for the node in that shard, and the
+--                     decisions of the call that applied it), its m
 --                     window hashes, numbered 1..m, then the keys of its
 --                     buckets, anchored windows and logs (a log has two:
 --                     see lane.lua), numbered on
@@ -36,19 +37,26 @@
 -- anchoredAdd, logAdd at now). Checks run in order, each seeing the counts
 -- of the ones before. The counted hashes get their TTL (unless they last
 -- longer already: expire, in lane.lua), the keyed states are written and
--- seq becomes the lane record, in this one atomic script. A group that
--- does not apply passes nothing and writes nothing but the trimming of
--- the logs it reads (which changes no decision: strategy.Log.Trim at the
--- check's now, as every store trims).
+-- seq becomes the lane record, followed by the group's decisions ('1' for
+-- a check that passed, '0' for one that did not, one per check in order),
+-- in this one atomic script. A group that does not apply counts nothing
+-- and writes nothing but the trimming of the logs it reads (which changes
+-- no decision: strategy.Log.Trim at the check's now, as every store
+-- trims); its checks reply the decisions its lane record holds when the
+-- record is this very seq with decisions (a retry of the call that set
+-- it: the same checks in the same order), else (an older seq, or a
+-- record of seq alone: a push's, or one written before decisions were
+-- recorded) '0'.
 --
--- Returns, for each check of each group in order: '1' or '0' (passed),
+-- Returns, for each check of each group in order: '1' or '0' (passed, or
+-- the decision recorded),
 -- then for each of its window limits the value of the field in each of
 -- its d windows after the decision, in their order ('' for none): strings,
 -- or integers; then for each of its keyed limits its state after the
 -- decision, at (an integer) and level (a string, '%.17g'): a bucket's; an
 -- anchored window's, 0 and '0' when it is closed; a log's newest entry and
--- sum, then retry, the instant the same request fits when the check did
--- not pass and the log refuses it (logRetry), else 0. A key that holds
+-- sum, then retry, the instant the same request fits when the check is
+-- replied '0' and the log refuses it (logRetry), else 0. A key that holds
 -- something else: '' for each.
 --
 -- Cost. Distinct fields of one plain limit each: 2 HGETs and, when the
@@ -61,7 +69,8 @@
 -- ZREMRANGEBYSCORE when entries stopped weighing), and its hits of one ms
 -- written once (ZADD; with a ZRANGEBYSCORE and ZREM when an entry of that
 -- ms is stored). Then each counted hash gets one PTTL and, when that is
--- shorter than its TTL, one PEXPIRE, and the lane record its GET and SET.
+-- shorter than its TTL, one PEXPIRE, and the lane record its GET and SET
+-- (one per group, decisions included).
 -- Either way the decisions, totals and stored counts are those of one
 -- HINCRBYFLOAT per passing check.
 --
@@ -84,6 +93,28 @@ end
 
 -- touched[h] == g: the group numbered g counted into its hash h.
 local touched, g = {}, 0
+
+-- The decisions of the group being run: D[1 .. nd], '1' or '0' per check
+-- so far, recorded after seq when it applies; kept, the lane record when
+-- the group repeats the call that set it (its decisions from character
+-- 21 on), else nil.
+local D, nd, kept = {}, 0, nil
+
+-- decide returns the decision to reply for the next check of the group,
+-- which passed or not (allowed): when the group applies, allowed, noted in
+-- D; else the decision kept for that check, or '0'.
+local function decide(allowed)
+  nd = nd + 1
+  if apply then
+    local d = allowed and '1' or '0'
+    D[nd] = d
+    return d
+  end
+  if kept and string.byte(kept, 20 + nd) == 49 then
+    return '1'
+  end
+  return '0'
+end
 
 -- simple runs the checks of a group whose checks name distinct fields and
 -- have one window limit each, from ARGV[i] to ARGV[last].
@@ -121,10 +152,8 @@ local function simple(i, last)
     if allowed then
       cur = incr(KEYS[kb + 1 + h], field, arg, cost, c) or cur
       touched[h] = g
-      out[o + 1] = '1'
-    else
-      out[o + 1] = '0'
     end
+    out[o + 1] = decide(allowed)
     out[o + 2], out[o + 3] = cur or '', prev or ''
     o = o + 3
     i = i + 10
@@ -280,8 +309,9 @@ local function check(i)
       end
     end
   end
+  local said = decide(allowed)
   o = o + 1
-  out[o] = allowed and '1' or '0'
+  out[o] = said
   local j = win
   while j < bkt do
     local d = N[ARGV[j]]
@@ -293,7 +323,7 @@ local function check(i)
     j = j + d + 4
   end
   for j = bkt, stop - 1, 6 do
-    keyedState(j, cost, allowed)
+    keyedState(j, cost, said == '1')
   end
   return stop
 end
@@ -302,7 +332,11 @@ end
 -- returns its number of keys.
 local function group(a, n)
   g = g + 1
-  apply = above(redis.call('GET', KEYS[kb + 1]))
+  local rec = redis.call('GET', KEYS[kb + 1])
+  apply, kept, nd = above(rec), nil, 0
+  if not apply and #rec > 20 and string.sub(rec, 1, 20) == seq then
+    kept = rec
+  end
   local m, nk = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2])
   local i, last = a + 4 + m, a + n
   if ARGV[a + 3] == '1' then
@@ -320,7 +354,7 @@ local function group(a, n)
         expire(KEYS[kb + 1 + h], ARGV[a + 3 + h])
       end
     end
-    redis.call('SET', KEYS[kb + 1], seq, 'PX', laneTTL)
+    redis.call('SET', KEYS[kb + 1], seq .. table.concat(D, '', 1, nd), 'PX', laneTTL)
   end
   return nk
 end

@@ -11,6 +11,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
@@ -50,7 +51,8 @@ func proxied(t *testing.T, r *testenv.Redis, opts func(*goredis.Options)) (*redi
 }
 
 // A reply lost after the server applied a batch: the caller sees an error,
-// and the syncer's retry (same node and seq) counts nothing again.
+// and the syncer's retry (same node and seq) counts nothing again; a
+// check's retry gets the decision made then.
 func TestDroppedReplyIsCountedOnce(t *testing.T) {
 	r := testenv.NewRedis(t)
 	noRetries := func(o *goredis.Options) { o.MaxRetries = -1 }
@@ -95,8 +97,8 @@ func TestDroppedReplyIsCountedOnce(t *testing.T) {
 			t.Fatal("CheckAndCount with its reply dropped: no error")
 		}
 		res, err := s.CheckAndCount(ctx, "n", 1, checks)
-		if err != nil || res[0].Allowed || res[0].Totals[0].Current != 1 {
-			t.Fatalf("retry = %+v, %v; want not allowed again, current 1", res, err)
+		if err != nil || !res[0].Allowed || res[0].Totals[0].Current != 1 {
+			t.Fatalf("retry = %+v, %v; want allowed as decided then, current 1", res, err)
 		}
 	})
 	// go-redis resends a command whose connection failed (MaxRetries): the
@@ -109,6 +111,68 @@ func TestDroppedReplyIsCountedOnce(t *testing.T) {
 		if got := count(t, s, "ns", diffs[0].Key, start, time.Minute); got != 1 {
 			t.Fatalf("count = %v, want 1", got)
 		}
+	})
+}
+
+// A check call whose reply is lost, over several shards and every kind of
+// limit: its retry with the same (node, seq), by the caller or by go-redis
+// itself (MaxRetries resends the scripts of a connection that failed),
+// gets the decisions made the first time, and each check is counted
+// exactly once.
+func TestLostCheckReplyRetryGetsTheDecisionsMadeThen(t *testing.T) {
+	r := testenv.NewRedis(t)
+	ctx := context.Background()
+	now := base.Add(15 * time.Second)
+	ms := now.UnixMilli()
+	start := strategy.WindowStart(now, time.Minute)
+	call := strategytest.RetryCall("ns", now)
+	exact := func(t *testing.T, s *redis.Store, c *goredis.Client, res []strategy.CheckResult) {
+		t.Helper()
+		for i, r := range res {
+			if r.Allowed != strategytest.RetryDecisions[i] {
+				t.Errorf("check %d: %+v, want allowed %v (the decision made then)", i, r, strategytest.RetryDecisions[i])
+			}
+		}
+		for key, want := range map[string]float64{"ra": 3, "re": 2, "rf": 0} {
+			if got := count(t, s, "ns", key, start, time.Minute); got != want {
+				t.Errorf("%s = %v, want %v (counted once)", key, got, want)
+			}
+		}
+		b, err := s.GetBuckets(ctx, "ns", []strategy.BucketRef{{Key: "rb", Kind: 4, Window: time.Second}})
+		if err != nil || len(b) != 1 || b[0].Level != 1000 || b[0].At != ms {
+			t.Errorf("bucket rb: %+v, %v; want level 1000 at %d (counted once)", b, err, ms)
+		}
+		if r := res[4].Buckets[0]; r.Level != 2 || r.At != ms {
+			t.Errorf("log rc: %+v, want sum 2 at %d (counted once)", r, ms)
+		}
+		if lanes := c.Keys(ctx, "{"+r.Prefix+":ns:*}:lane:n").Val(); len(lanes) < 2 {
+			t.Errorf("lane records %q: want the call on several shards", lanes)
+		}
+	}
+	t.Run("caller retries", func(t *testing.T) {
+		s, p, c := proxied(t, r, func(o *goredis.Options) { o.MaxRetries = -1 })
+		p.DropReplies(1)
+		if _, err := s.CheckAndCount(ctx, "n", 1, call); err == nil {
+			t.Fatal("CheckAndCount with its reply dropped: no error")
+		}
+		res, err := s.CheckAndCount(ctx, "n", 1, call)
+		if err != nil {
+			t.Fatalf("retry: %v", err)
+		}
+		exact(t, s, c, res)
+	})
+	t.Run("client retries", func(t *testing.T) {
+		s, p, c := proxied(t, r, nil)
+		misses := c.PoolStats().Misses
+		p.DropReplies(1)
+		res, err := s.CheckAndCount(ctx, "n", 1, call)
+		if err != nil {
+			t.Fatalf("CheckAndCount with its reply dropped, resent by go-redis: %v", err)
+		}
+		if c.PoolStats().Misses == misses {
+			t.Fatal("no new connection: the reply was not dropped, nothing was resent")
+		}
+		exact(t, s, c, res)
 	})
 }
 
@@ -351,4 +415,79 @@ func TestSynchronousNamespaces(t *testing.T) {
 			t.Fatalf("increment %d: current %v, want %v (the cluster's count)", i, w.Current, want)
 		}
 	}
+}
+
+// A lane record holds the seq's 20 digits, then a check call's decisions
+// in its shard ('1' or '0' each, in order); a push's holds the seq alone.
+// A record of the seq alone, as a push or a release that kept no decisions
+// writes it, gives a retry of that seq no decision: not allowed, nothing
+// counted; the next seq applies as usual.
+func TestLaneRecordOfTheSeqAlone(t *testing.T) {
+	r := testenv.NewRedis(t)
+	c := r.Client(t)
+	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
+	ctx := context.Background()
+	now := base.Add(15 * time.Second)
+	start := strategy.WindowStart(now, time.Minute)
+	lane := "{" + r.Prefix + ":ns:0}:lane:n"
+	check := func(cost float64) strategy.Check {
+		return strategy.Check{Namespace: "ns", Key: "k", Cost: cost, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 3, Fixed: true}}}
+	}
+	call := func(seq uint64, checks ...strategy.Check) string {
+		t.Helper()
+		res, err := s.CheckAndCount(ctx, "n", seq, checks)
+		if err != nil {
+			t.Fatalf("CheckAndCount seq %d: %v", seq, err)
+		}
+		var got []byte
+		for _, r := range res {
+			got = fmt.Appendf(got, "%d", btoi(r.Allowed))
+		}
+		return string(got)
+	}
+	record := func(want string) {
+		t.Helper()
+		if got := c.Get(ctx, lane).Val(); got != want {
+			t.Fatalf("lane record %q, want %q", got, want)
+		}
+		if ttl := c.PTTL(ctx, lane).Val(); ttl <= 0 {
+			t.Fatalf("lane record TTL %v, want one", ttl)
+		}
+	}
+
+	if got := call(1, check(1), check(3), check(1)); got != "101" {
+		t.Fatalf("seq 1: decisions %s, want 101", got)
+	}
+	record("00000000000000000001101")
+	if err := c.Set(ctx, lane, "00000000000000000001", goredis.KeepTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := call(1, check(1), check(3), check(1)); got != "000" {
+		t.Fatalf("retry of seq 1 with a record of the seq alone: decisions %s, want 000", got)
+	}
+	if got := count(t, s, "ns", "k", start, time.Minute); got != 2 {
+		t.Fatalf("count %v after the retry, want 2 (nothing counted again)", got)
+	}
+	if got := call(2, check(1), check(1)); got != "10" {
+		t.Fatalf("seq 2: decisions %s, want 10", got)
+	}
+	record("0000000000000000000210")
+	if got := call(2, check(1), check(1)); got != "10" {
+		t.Fatalf("retry of seq 2: decisions %s, want 10", got)
+	}
+	mustPush(t, s, strategy.Batch{Node: "n", Seq: 3, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}})
+	record("00000000000000000003")
+	if got := call(3, check(0)); got != "0" {
+		t.Fatalf("check of the pushed seq 3: decision %s, want 0", got)
+	}
+	if got := count(t, s, "ns", "k", start, time.Minute); got != 4 {
+		t.Fatalf("count %v, want 4", got)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

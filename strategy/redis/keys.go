@@ -10,7 +10,9 @@ import (
 // Key layout. With tag = "{" + Prefix + ":" + escaped namespace + ":" + shard + "}":
 //
 //	tag + ":" + size ms + ":" + start ms   hash of one window's counters of the shard
-//	tag + ":lane:" + node                  last Seq applied for node in the shard
+//	tag + ":lane:" + node                  last Seq applied for node in the shard (20
+//	                                       digits), then the decisions of its checks
+//	                                       there ('1' or '0' each) when it was a check
 //	tag + ":b:" + kind + ":" + window ms + ":" + key
 //	                                       one bucket of a key of the shard (bucket.go)
 //	tag + ":a:" + window ms + ":" + key    one anchored window: "at level"

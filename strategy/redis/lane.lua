@@ -17,6 +17,10 @@
 --                     then its buckets, anchored windows and logs (a log's
 --                     entries, then its sum), numbered on from there
 --
+-- A lane record is seq's 20 digits, followed in check.lua's records by
+-- the decisions of the group's checks (see check.lua); above reads the
+-- digits alone.
+--
 -- A group applies when seq is above its lane record (or there is none);
 -- the body then makes its writes and records seq (SET with the lane TTL),
 -- and the prelude writes the buckets, anchored windows and logs it
@@ -33,7 +37,8 @@
 local seq, laneTTL = ARGV[1], ARGV[2]
 local seqHi, seqLo = string.sub(seq, 1, 10), tonumber(string.sub(seq, 11, 20))
 
--- above reports whether seq is above the lane record rec (nil: none). The
+-- above reports whether seq is above the lane record rec (nil: none),
+-- whose first 20 characters are its seq (what follows is check.lua's). The
 -- 20 digits compare as two halves: 10 digits are below 2^53, exact as
 -- doubles (and two halves of 10 digits are equal as numbers when they are
 -- as strings).

@@ -16,7 +16,7 @@
 // shards of a busy window spread over 16 (by default) slots:
 //
 //	{ratesync:api:3}:60000:1700000040000   hash: key -> count
-//	{ratesync:api:3}:lane:api|node-a/9f2c   last Seq applied for that node
+//	{ratesync:api:3}:lane:api|node-a/9f2c   last Seq applied for that node (and its decisions)
 //	{ratesync:api:3}:b:4:1000:user:42       bucket (kind 4, window 1s) of key user:42
 //	{ratesync:api:3}:a:1000:user:42         anchored window (1s) of key user:42
 //	{ratesync:api:3}:l:1000:user:42         sliding log (1s) of key user:42: its entries
@@ -68,6 +68,15 @@
 // shard, so the guarantee relies on what the syncer does anyway: one batch
 // at a time per Node, in increasing Seq order, retries before newer
 // batches.
+//
+// A lane record is a string: the Seq as 20 decimal digits, then, when
+// CheckAndCount (check.lua) wrote it, one character per check of its group
+// in order, '1' for a check that passed and '0' for one that did not
+// (pushes write the Seq alone). The same SET writes both, so a check
+// retried with the same Seq (its reply lost, or go-redis resending the
+// script) counts nothing again and gets the decisions made the first time:
+// each check is counted and decided exactly once. Scripts compare only the
+// first 20 characters, so records of either form are read by every version.
 //
 // A script the server lost (restart, failover, SCRIPT FLUSH) is reloaded on
 // NOSCRIPT and the groups that failed are sent again; that is safe because
