@@ -44,6 +44,7 @@ func redisStoreVia(t *testing.T, r *testenv.Redis, p *testenv.Proxy) strategy.St
 	if err != nil {
 		t.Fatal(err)
 	}
+	opt.MaxRetries = -1 // as the node's client: the syncer resends a failed call itself
 	client := goredis.NewClient(opt)
 	t.Cleanup(func() { _ = client.Close() })
 	s, err := redis.New(client, redis.Config{Prefix: r.Prefix})

@@ -122,11 +122,16 @@ func (s *Syncer) checkPeriodic(ctx context.Context, cf *conf, r *checkReq) (stra
 // hits of each key go first, then the checks in one store call. Callers
 // hold lane.mu.
 func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
+	start := time.Now()
 	for _, r := range batch {
 		if s.isDown() {
 			break
 		}
 		if err := s.flushKey(ctx, r.check.Key, r.windows, r.tables); err != nil && !errors.Is(err, context.Canceled) {
+			if s.fellShort(start) {
+				s.answerLocal(nil, batch) // not sent: the callers decide, and count, on the node
+				return
+			}
 			s.markDown("checks", err)
 		}
 	}
@@ -192,7 +197,7 @@ func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 	for i, r := range batch {
 		checks[i] = r.check
 	}
-	t0 := s.clock.now()
+	t0, start := s.clock.now(), time.Now()
 	seq := c.Seq.Add(1)
 	var res []strategy.CheckResult
 	sent := false
@@ -209,7 +214,7 @@ func (s *Syncer) applyChecks(ctx context.Context, batch []*checkReq) {
 	if err != nil {
 		err = fmt.Errorf("syncer: namespace %q: check and count: %w", c.Namespace, err)
 	}
-	s.report(Report{Op: "checks", Duration: s.clock.since(t0), Pushed: len(checks), Err: err})
+	s.record(Report{Op: "checks", Duration: s.clock.since(t0), Pushed: len(checks), Err: err}, err == nil || !s.fellShort(start))
 	if err != nil {
 		if !sent {
 			s.answerLocal(nil, batch)

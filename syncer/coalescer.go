@@ -282,11 +282,12 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 		return
 	}
 	c := s.conf.Load()
+	start := time.Now()
 	if err := s.retrying(ctx, func(ctx context.Context) error {
 		_, _, err := s.pushInflight(ctx)
 		return err
 	}); err != nil {
-		if !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, context.Canceled) && !s.fellShort(start) {
 			s.markDown("hits", err)
 		}
 		s.answerLocal(batch, nil)
@@ -315,7 +316,7 @@ func (s *Syncer) applyHits(ctx context.Context, batch []*hitReq) {
 		totals, err = s.pushCount(ctx, *b)
 		return err
 	})
-	s.report(Report{Op: "hits", Duration: s.clock.since(t0), Pushed: len(diffs), Err: err})
+	s.record(Report{Op: "hits", Duration: s.clock.since(t0), Pushed: len(diffs), Err: err}, err == nil || !s.fellShort(start))
 	if err != nil {
 		s.answerInFlight(batch)
 		return

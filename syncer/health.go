@@ -109,6 +109,16 @@ func (s *Syncer) watch(op string) (stop func()) {
 	return func() { t.Stop() }
 }
 
+// fellShort reports whether a synchronous call that failed after trying
+// since start (retrying) tried for less than half the call timeout: its
+// requests had waited most of their timeout in the queue, behind slower
+// calls. Such a failure does not mark the store down: a store that loses
+// replies, or answers slowly, keeps answering the next calls; one that
+// does not answer at all fails a call that had its whole timeout.
+func (s *Syncer) fellShort(start time.Time) bool {
+	return time.Since(start) < s.conf.Load().HitTimeout/2
+}
+
 // storeFailed reports whether err, which ended an exchange run within ctx,
 // is a failure of the store (an error it returned, or a timeout), as
 // opposed to the cancellation of ctx, by halt or by a caller giving up,

@@ -79,7 +79,11 @@ func (s *Syncer) countLocal(n int) { s.stats.local.Add(uint64(n)) }
 // report records the end of one exchange with the store: the RTT, the
 // times of Stats, the store's state (markUp, markDown: the breaker and its
 // log lines), and the observer's call.
-func (s *Syncer) report(r Report) {
+func (s *Syncer) report(r Report) { s.record(r, true) }
+
+// record is report; a failure marks the store down only when down is true
+// (see fellShort).
+func (s *Syncer) record(r Report, down bool) {
 	c := s.conf.Load()
 	r.Namespace = c.Namespace
 	st := &s.stats
@@ -105,7 +109,7 @@ func (s *Syncer) report(r Report) {
 		switch {
 		case r.Err == nil:
 			s.markUp(r.Pushed)
-		case !errors.Is(r.Err, context.Canceled): // a caller giving up says nothing of the store
+		case down && !errors.Is(r.Err, context.Canceled): // a caller giving up says nothing of the store
 			s.markDown(r.Op, r.Err)
 		}
 	}

@@ -20,7 +20,7 @@ const (
 	retryMin          = 100 * time.Millisecond // first back-off after a store failure
 	retryMax          = 5 * time.Second        // longest back-off
 	maxHitBatch       = 1024                   // hits (and checks) per store call
-	maxAttempts       = 8                      // tries of one synchronous call within its timeout (retrying)
+	maxAttempts       = 32                     // most tries of one synchronous call within its timeout (retrying)
 	retryPause        = 2 * time.Millisecond   // first pause between those tries
 	retryPauseMax     = 50 * time.Millisecond  // longest pause
 )

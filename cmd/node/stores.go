@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -172,17 +173,30 @@ func checkStoreURL(ns *NamespaceConfig) error {
 // (redis://user:pass@host:6379/0, rediss:// for TLS, unix://), or a Cluster
 // URL when the options say cluster (redis://host1:6379?addr=host2:6379).
 // It returns a function making the client.
+//
+// Unless the URL sets max_retries, the client does not resend a failed
+// command itself: the syncer resends a failed call with the same (node,
+// seq), which the store applies once, within the namespace's call timeout
+// and with short pauses, where go-redis's own retries would spend that
+// timeout in their back-off.
 func parseRedis(ns *NamespaceConfig) (func() goredis.UniversalClient, error) {
+	retries := strings.Contains(ns.URL, "max_retries=")
 	if ns.Redis != nil && ns.Redis.Cluster {
 		o, err := goredis.ParseClusterURL(ns.URL)
 		if err != nil {
 			return nil, errors.New("not a Redis Cluster URL like redis://host1:6379?addr=host2:6379")
+		}
+		if !retries {
+			o.MaxRetries = -1
 		}
 		return func() goredis.UniversalClient { return goredis.NewClusterClient(o) }, nil
 	}
 	o, err := goredis.ParseURL(ns.URL)
 	if err != nil {
 		return nil, errors.New("not a Redis URL like redis://user:password@host:6379/0")
+	}
+	if !retries {
+		o.MaxRetries = -1
 	}
 	return func() goredis.UniversalClient { return goredis.NewClient(o) }, nil
 }

@@ -140,8 +140,9 @@ func (p *Proxy) DropReplies(n int) {
 
 // DropShare swallows each reply of the server with probability share (0
 // stops it), on every connection, as DropReplies does one: the request was
-// applied, the reply is discarded and the connection closed. Handshakes
-// count as replies: a client's new connection may fail too.
+// applied, the reply is discarded and the connection closed. The first
+// data a server sends on a connection (its handshake) is spared: replies
+// are lost, connections are not refused.
 func (p *Proxy) DropShare(share float64) { p.share.Store(math.Float64bits(share)) }
 
 // Dropped returns how many replies DropReplies and DropShare swallowed.
@@ -150,7 +151,7 @@ func (p *Proxy) Dropped() int { return int(p.dropped.Load()) }
 // takeDrop consumes one reply to drop, if any is left and l was open at
 // the last DropReplies, or draws one with the share of DropShare.
 func (p *Proxy) takeDrop(l *link) bool {
-	if share := math.Float64frombits(p.share.Load()); share > 0 && rand.Float64() < share {
+	if share := math.Float64frombits(p.share.Load()); share > 0 && l.replied.Swap(true) && rand.Float64() < share {
 		p.dropped.Add(1)
 		return true
 	}
@@ -309,6 +310,7 @@ func (p *Proxy) forget(l *link) {
 // dialed for it.
 type link struct {
 	id             uint64
+	replied        atomic.Bool // the server sent data on it (DropShare spares the first)
 	client, server net.Conn
 	once           sync.Once
 	done           chan struct{} // closed by close
