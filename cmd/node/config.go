@@ -36,6 +36,7 @@ const (
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultMaxKeyBytes     = middleware.DefaultMaxKeyBytes
 	DefaultSyncRate        = time.Second
+	DefaultCallTimeout     = time.Second // a namespace's timeout, as the library's default
 	DefaultGatewayTimeout  = 30 * time.Second
 	DefaultConnectTimeout  = 5 * time.Second
 	MaxLimits              = 16   // limits per check or policy
@@ -132,7 +133,7 @@ type NamespaceConfig struct {
 	Dict         string           `json:"dict" yaml:"dict"`                                             // shm dict; default "default"
 	DictCapacity int              `json:"dict_capacity" yaml:"dict_capacity"`                           // counters the dict holds; default 1,000,000
 	NearLimit    bool             `json:"near_limit" yaml:"near_limit"`                                 // periodic: decide in the store near a limit; default false
-	Timeout      Duration         `json:"timeout" yaml:"timeout"`                                       // call timeout: a request's longest wait for the store; default 1s
+	Timeout      Duration         `json:"timeout,omitempty" yaml:"timeout"`                             // call timeout: a request's longest wait for the store; default 1s with a store
 	Redis        *RedisOptions    `json:"redis,omitempty" yaml:"redis"`                                 // strategy redis only
 	Postgres     *PostgresOptions `json:"postgres,omitempty" yaml:"postgres"`                           // strategy postgres only
 	urlFrom      string           // "file" or the environment variable
@@ -261,7 +262,7 @@ type RLSConfig struct {
 	SyncRate        Duration         `json:"sync_rate" yaml:"sync_rate"`                                   // > 0 periodic, 0 synchronous (upstream's answers); default 1s
 	Dict            string           `json:"dict" yaml:"dict"`                                             // shm dict; default "default"
 	DictCapacity    int              `json:"dict_capacity" yaml:"dict_capacity"`                           // default 1,000,000
-	Timeout         Duration         `json:"timeout" yaml:"timeout"`                                       // call timeout: a request's longest wait for the store; default 1s
+	Timeout         Duration         `json:"timeout,omitempty" yaml:"timeout"`                             // call timeout: a request's longest wait for the store; default 1s with a store
 	Redis           *RedisOptions    `json:"redis,omitempty" yaml:"redis"`
 	Postgres        *PostgresOptions `json:"postgres,omitempty" yaml:"postgres"`
 	rules           *rls.Config      // loaded by validate

@@ -121,6 +121,9 @@ func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(fi
 	case !set("sync_rate"):
 		ns.SyncRate = Duration(DefaultSyncRate)
 	}
+	if ns.Strategy != StrategyLocal && !set("timeout") {
+		ns.Timeout = Duration(DefaultCallTimeout)
+	}
 	if ns.WindowSizes == nil {
 		ns.WindowSizes = slices.Clone(DefaultWindowSizes)
 	}
