@@ -215,6 +215,9 @@ func (s *Syncer) push(ctx context.Context) error {
 	defer s.lane.mu.unlock()
 	t0 := s.clock.now()
 	n, late, err := s.pushLocked(ctx)
+	if err == nil && n == 0 {
+		return nil // nothing to push: no exchange, nothing learned of the store
+	}
 	s.report(Report{Op: "sync", Duration: s.clock.since(t0), Pushed: n, Late: late, Err: err})
 	return err
 }
