@@ -95,13 +95,14 @@ func (l *stringList) UnmarshalYAML(n *yaml.Node) error {
 // json tags the effective configuration's (the same names); oneof lists
 // the values a field allows. Secrets are masked by Masked.
 type Config struct {
-	File       string            `json:"file,omitempty" yaml:"-"`
-	Node       NodeConfig        `json:"node" yaml:"node"`
-	Headers    HeadersConfig     `json:"headers" yaml:"headers"`
-	Namespaces []NamespaceConfig `json:"namespaces" yaml:"namespaces"`
-	Policies   []PolicyConfig    `json:"policies" yaml:"policies"`
-	Gateway    *GatewayConfig    `json:"gateway,omitempty" yaml:"gateway"`
-	RLS        *RLSConfig        `json:"rls,omitempty" yaml:"rls"`
+	File          string            `json:"file,omitempty" yaml:"-"`
+	RequireStores bool              `json:"require_stores" yaml:"require_stores"` // exit at start unless every namespace's store answers; default false
+	Node          NodeConfig        `json:"node" yaml:"node"`
+	Headers       HeadersConfig     `json:"headers" yaml:"headers"`
+	Namespaces    []NamespaceConfig `json:"namespaces" yaml:"namespaces"`
+	Policies      []PolicyConfig    `json:"policies" yaml:"policies"`
+	Gateway       *GatewayConfig    `json:"gateway,omitempty" yaml:"gateway"`
+	RLS           *RLSConfig        `json:"rls,omitempty" yaml:"rls"`
 }
 
 // NodeConfig is the process's own settings.

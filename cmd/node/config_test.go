@@ -137,7 +137,7 @@ func TestConfigErrors(t *testing.T) {
 		env  map[string]string
 		want string // a line of the error
 	}{
-		{"unknown top-level field", "nodes: {}\n", nil, `test.yaml:1: nodes: unknown field (known: gateway, headers, namespaces, node, policies, rls)`},
+		{"unknown top-level field", "nodes: {}\n", nil, `test.yaml:1: nodes: unknown field (known: gateway, headers, namespaces, node, policies, require_stores, rls)`},
 		{"unknown nested field", "node:\n  listen: 127.0.0.1:1\n  colour: red\n", nil, `test.yaml:3: node.colour: unknown field`},
 		{"repeated field", "node:\n  id: a\n  id: b\n", nil, `test.yaml:3: node.id: repeated field`},
 		{"bad window in a policy", `
@@ -189,6 +189,7 @@ policies:
 		{"body limit", "node:\n  max_body_bytes: 10\n", nil, `node.max_body_bytes: "10": must be at least 256`},
 		{"header family", "headers:\n  families: [draft-03]\n", nil, `headers.families[0]: "draft-03": must be one of ratelimit, x-ratelimit`},
 		{"hide not a bool", "headers:\n  hide: maybe\n", nil, `headers.hide: "maybe": must be true or false`},
+		{"require_stores not a bool", "require_stores: yes\n", nil, `test.yaml:1: require_stores: "yes": must be true or false`},
 		{"gateway without upstream", "gateway:\n  listen: 127.0.0.1:1\n", nil, `test.yaml:1: gateway.upstream: required`},
 		{"gateway upstream", "gateway:\n  upstream: ftp://x\n", nil, `gateway.upstream: "ftp://x": must be an http:// or https:// URL`},
 		{"trusted proxy", "gateway:\n  upstream: http://x\n  trusted_proxies: [10.0.0.0/33]\n", nil, `gateway.trusted_proxies[0]: "10.0.0.0/33": must be an IP address or a CIDR`},

@@ -72,7 +72,7 @@ namespaces:
 node:
   id: a
 nodes: {}
-`, `4: nodes: unknown field (known: gateway, headers, namespaces, node, policies, rls)`},
+`, `4: nodes: unknown field (known: gateway, headers, namespaces, node, policies, require_stores, rls)`},
 		{"unknown field in a namespace", `
 namespaces:
   - name: api

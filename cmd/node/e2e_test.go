@@ -52,7 +52,8 @@ type process struct {
 
 var listeningRE = regexp.MustCompile(`msg=listening url=(http://\S+)`)
 
-// startNode starts bin with args and env and waits for its API's URL.
+// startNode starts bin with args and env and waits for its API's URL (from
+// its log in either format).
 func startNode(t *testing.T, bin string, env []string, args ...string) *process {
 	t.Helper()
 	p := &process{cmd: exec.Command(bin, args...), done: make(chan error, 1)}
@@ -73,6 +74,9 @@ func startNode(t *testing.T, bin string, env []string, args ...string) *process 
 			p.logs.WriteString(line + "\n")
 			p.mu.Unlock()
 			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				urls <- m[1]
+			}
+			if m := listeningJSONRE.FindStringSubmatch(line); m != nil {
 				urls <- m[1]
 			}
 		}
@@ -302,7 +306,7 @@ policies:
 				if code := p.stop(t, syscall.SIGTERM); code != 0 {
 					t.Errorf("exit code %d after SIGTERM\n%s", code, p.log())
 				}
-				if strings.Contains(p.log(), "store unreachable") {
+				if strings.Contains(p.log(), "store down") {
 					t.Errorf("the store refused a check:\n%s", p.log())
 				}
 			}

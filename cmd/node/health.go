@@ -37,7 +37,9 @@ func (n *Node) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 // the cluster's counts, else 503 naming the namespaces that cannot and why.
 // A local namespace is always ready; a synchronous one when its store is
 // up; a periodic one when its store is up and its last good sync is younger
-// than 3 × sync_rate. A node shutting down is not ready.
+// than 3 × sync_rate. The reason of a store that does not answer names it
+// (strategy and URL, its password masked). A node shutting down is not
+// ready.
 func (n *Node) handleReadyz(w http.ResponseWriter, _ *http.Request) {
 	if n.closing.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"status": "not ready", "reason": "shutting down"})
@@ -79,9 +81,9 @@ func (n *Node) judge(st ratelimiting.NamespaceStats, now time.Time, probeErr err
 	switch {
 	case st.Config.Local():
 	case probeErr != nil:
-		r.Ready, r.Reason = false, "store unreachable: "+n.redact(probeErr.Error())
+		r.Ready, r.Reason = false, n.storeName(st.Config.Name)+" unreachable: "+n.redact(probeErr.Error())
 	case !s.StoreUp:
-		r.Ready, r.Reason = false, "store unreachable"
+		r.Ready, r.Reason = false, n.storeName(st.Config.Name)+" unreachable"
 		if s.LastError != nil {
 			r.Reason += fmt.Sprintf(" since %s: %s", s.LastErrorAt.UTC().Format(time.RFC3339), n.redact(s.LastError.Error()))
 		}
@@ -93,6 +95,21 @@ func (n *Node) judge(st ratelimiting.NamespaceStats, now time.Time, probeErr err
 			now.Sub(s.LastGood).Round(time.Millisecond), st.Config.SyncRate)
 	}
 	return r
+}
+
+// storeName names the store of namespace ns as readiness reasons do:
+// "store postgres at postgres://user:xxxxx@host:5432/db", or "store" alone
+// for a namespace the configuration does not name.
+func (n *Node) storeName(ns string) string {
+	for _, c := range n.state().cfg.Namespaces {
+		if c.Name == ns && c.Strategy != StrategyLocal {
+			if c.URL == "" {
+				return "store " + c.Strategy
+			}
+			return "store " + c.Strategy + " at " + maskURL(c.URL)
+		}
+	}
+	return "store"
 }
 
 // probes caches the results of store probes.

@@ -19,6 +19,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -32,7 +33,9 @@ func main() {
 		stop() // a second signal ends the process at once
 	}()
 	if err := run(ctx, os.Args[1:], os.Environ()); err != nil {
-		fmt.Fprintln(os.Stderr, "ratesync-node:", err)
+		if !errors.As(err, new(loggedError)) { // an error before the log exists: the configuration's
+			fmt.Fprintln(os.Stderr, "ratesync-node:", err)
+		}
 		os.Exit(1)
 	}
 }

@@ -83,9 +83,19 @@ func newNode(ctx context.Context, cfg Config, log *slog.Logger, opts ...ratelimi
 	}
 	n.loopback.Store(isLoopback(cfg.Node.Listen))
 	n.adminOpen.Store(cfg.Node.AdminToken == "" && n.loopback.Load())
-	st, err := openStores(ctx, cfg, log, nil)
+	st, probed, err := openStores(ctx, cfg, log, nil, cfg.RequireStores)
 	if err != nil {
 		return nil, err
+	}
+	var down []error
+	for _, p := range probed {
+		if p.err != nil {
+			down = append(down, fmt.Errorf("%s: the store does not answer: %s", storeDesc(p.ns), maskSecrets(p.err.Error(), p.ns.URL)))
+		}
+	}
+	if len(down) > 0 {
+		st.close()
+		return nil, fmt.Errorf("require_stores: %w", errors.Join(down...))
 	}
 	n.stores = st
 	n.in = ratelimiting.NewInstance("ratesync-node", append([]ratelimiting.Option{
@@ -196,23 +206,35 @@ func (n *Node) observeSync(r ratelimiting.SyncReport) {
 
 // firstSync syncs every namespace with a store once, concurrently, so that
 // the node starts with the cluster's counts and /readyz knows the stores.
-// A store that is down is logged, not fatal: the node counts locally until
-// it is back.
+// It logs "store ready" for each namespace whose store answered. A store
+// that did not is not fatal (require_stores has been checked before): the
+// node counts locally until it is back, and the syncer has logged its one
+// WARN ("store unreachable") for it.
 func (n *Node) firstSync(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, ns := range n.cfg.Namespaces {
+	var (
+		wg   sync.WaitGroup
+		errs = make([]error, len(n.cfg.Namespaces))
+	)
+	for i, ns := range n.cfg.Namespaces {
 		if ns.Strategy == StrategyLocal {
 			continue
 		}
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, startSyncTimeout)
 			defer cancel()
-			if err := n.in.Sync(sctx, ns.Name); err != nil {
-				n.log.Warn("first sync failed: counting locally until the store is back", "namespace", ns.Name, "err", err)
-			}
+			errs[i] = n.in.Sync(sctx, ns.Name)
 		})
 	}
 	wg.Wait()
+	for i, err := range errs {
+		switch ns := &n.cfg.Namespaces[i]; {
+		case ns.Strategy == StrategyLocal:
+		case err == nil:
+			logStoreReady(n.log, ns)
+		default:
+			n.log.Debug("first sync failed: counting locally until the store is back", "namespace", ns.Name, "err", err)
+		}
+	}
 }
 
 // isLoopback reports whether a listen address accepts loopback

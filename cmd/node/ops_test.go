@@ -135,7 +135,7 @@ func TestHealth(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(got.Namespaces) != 2 || !got.Namespaces[0].Ready || got.Namespaces[1].Ready ||
-			got.Namespaces[1].Namespace != "remote" || !strings.Contains(got.Namespaces[1].Reason, "store unreachable") {
+			got.Namespaces[1].Namespace != "remote" || !strings.HasPrefix(got.Namespaces[1].Reason, "store redis at redis://:xxxxx@127.0.0.1:1/0 unreachable") {
 			t.Errorf("readiness %+v", got.Namespaces)
 		}
 		if strings.Contains(w.Body.String(), "hunter22") {

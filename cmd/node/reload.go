@@ -81,9 +81,16 @@ func (n *Node) apply(ctx context.Context, cfg Config, why string) error {
 			}
 		}
 	}
-	st, err := openStores(ctx, cfg, n.log, n.stores)
+	// A new store that does not answer yet is used all the same, as at
+	// start: its namespace's syncer reports it.
+	st, probed, err := openStores(ctx, cfg, n.log, n.stores, true)
 	if err != nil {
 		return redactErr(err, cfg)
+	}
+	for _, p := range probed {
+		if p.err == nil {
+			logStoreReady(n.log, p.ns)
+		}
 	}
 	ch := diff(old.cfg, cfg)
 
@@ -166,8 +173,8 @@ func (n *Node) apply(ctx context.Context, cfg Config, why string) error {
 
 // keepRunning gives cfg the running values (of old) of the settings that
 // cannot change while the node serves, and returns the fields that
-// differed: the listeners, node.id, the log format, and whether there is a
-// gateway or an rls section at all.
+// differed: the listeners, node.id, the log format, require_stores, and
+// whether there is a gateway or an rls section at all.
 func keepRunning(old Config, cfg *Config) (restart []string, err error) {
 	keep := func(field string, running, next *string) {
 		if *running != *next {
@@ -178,6 +185,9 @@ func keepRunning(old Config, cfg *Config) (restart []string, err error) {
 	keep("node.id", &old.Node.ID, &cfg.Node.ID)
 	keep("node.listen", &old.Node.Listen, &cfg.Node.Listen)
 	keep("node.log_format", &old.Node.LogFormat, &cfg.Node.LogFormat)
+	if old.RequireStores != cfg.RequireStores { // read at start only
+		restart, cfg.RequireStores = append(restart, "require_stores"), old.RequireStores
+	}
 	switch og, g := old.Gateway, cfg.Gateway; {
 	case og == nil && g != nil:
 		restart = append(restart, "gateway (section added)")

@@ -18,8 +18,9 @@ import (
 // the configuration, log it (secrets masked), build the node and serve
 // until ctx is done, reloading the configuration on SIGHUP and when its
 // files change. env is the environment as os.Environ gives it; logs go to
-// stderr. A nil error means a clean stop: every namespace's final sync
-// succeeded.
+// stderr, and so do the store clients' own lines (go-redis's, pgx's). A
+// nil error means a clean stop: every namespace's final sync succeeded. An
+// error once the logger exists is logged too (a loggedError).
 func run(ctx context.Context, args, env []string) error {
 	return runWithLog(ctx, args, env, os.Stderr)
 }
@@ -46,6 +47,7 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 		return err
 	}
 	log, logCtl := newLogger(cfg, stderr)
+	routeRedisLog(log)
 	eff, _ := json.Marshal(cfg.Masked())
 	log.Info("ratesync node starting", "config", string(eff))
 	if cfg.Node.adminTokenFrom != "" {
@@ -53,11 +55,28 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	}
 	n, err := newNode(ctx, cfg, log)
 	if err != nil {
-		return redactErr(err, cfg)
+		return logExit(log, "ratesync node cannot start", redactErr(err, cfg))
 	}
 	n.load = func() (Config, error) { return loadConfig(args, getenv, io.Discard) }
 	n.logCtl, n.hup = logCtl, hup
-	return redactErr(n.Serve(ctx), cfg)
+	return logExit(log, "ratesync node stopped with an error", redactErr(n.Serve(ctx), cfg))
+}
+
+// loggedError is an error the node's log has reported: main prints
+// nothing more, so that every line of a JSON log is JSON.
+type loggedError struct{ err error }
+
+func (e loggedError) Error() string { return e.err.Error() }
+func (e loggedError) Unwrap() error { return e.err }
+
+// logExit logs err, if any, at ERROR with msg and returns it marked as
+// logged.
+func logExit(log *slog.Logger, msg string, err error) error {
+	if err == nil {
+		return nil
+	}
+	log.Error(msg, "err", err)
+	return loggedError{err}
 }
 
 // redactErr masks the secrets of cfg in err's text.

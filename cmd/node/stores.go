@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,9 +20,14 @@ import (
 	"github.com/ratesync/ratesync/strategy/redis"
 )
 
-// storeStartTimeout bounds connecting to a store (and migrating a
-// PostgreSQL schema) at start.
-const storeStartTimeout = 30 * time.Second
+// Bounds on opening a store and probing it (with a read, after creating
+// or migrating a PostgreSQL schema), at start and on a reload: a store that
+// has not answered by then is used all the same (the node counts locally
+// until it answers), unless require_stores asks for every store at start.
+const (
+	storeProbeTimeout   = 5 * time.Second
+	storeRequireTimeout = 30 * time.Second // with require_stores
+)
 
 // stores are the strategies of the node's namespaces and the clients they
 // run on. This file is the only one that knows the strategy packages. A
@@ -206,46 +212,117 @@ func parseRedis(ns *NamespaceConfig) (func() goredis.UniversalClient, error) {
 // memory namespaces share one in-process store. A store prev holds (the
 // running node's, on a reload) is taken over, not opened again; prev is
 // left as it was, and closeUnused closes what the new set no longer uses.
-func openStores(ctx context.Context, cfg Config, log *slog.Logger, prev *stores) (*stores, error) {
-	s := &stores{byNamespace: map[string]strategy.Strategy{}, byID: map[string]*openStore{}}
+//
+// The stores it opens are opened concurrently, each within a bound
+// (storeProbeTimeout, or storeRequireTimeout with require_stores). With
+// probe, each is then probed within the same bound, and results lists them
+// with the probe's error (nil: the store answered). The error is a store
+// that cannot be opened at all (a URL its client refuses, a PostgreSQL
+// server that refuses the schema).
+func openStores(ctx context.Context, cfg Config, log *slog.Logger, prev *stores, probe bool) (s *stores, results []probed, err error) {
+	s = &stores{byNamespace: map[string]strategy.Strategy{}, byID: map[string]*openStore{}}
+	type opening struct {
+		ns       *NamespaceConfig // the first namespace naming the store
+		o        *openStore
+		err      error
+		probeErr error
+	}
+	var (
+		fresh []*opening
+		ids   = map[string]bool{}
+	)
 	for i := range cfg.Namespaces {
 		ns := &cfg.Namespaces[i]
 		if ns.Strategy == StrategyLocal {
 			continue
 		}
 		id := storeID(ns)
-		if o, ok := s.byID[id]; ok {
-			s.byNamespace[ns.Name] = o.st
-			continue
-		}
 		if o, ok := prev.lookup(id); ok {
 			s.byID[id] = o
-			s.byNamespace[ns.Name] = o.st
 			continue
 		}
-		var (
-			o   *openStore
-			err error
-		)
-		switch ns.Strategy {
-		case StrategyMemory:
-			o = &openStore{st: memory.New()}
-		case StrategyRedis:
-			o, err = openRedis(ns)
-		case StrategyPostgres:
-			o, err = openPostgres(ctx, ns)
-		default:
-			err = fmt.Errorf("unknown strategy %q", ns.Strategy)
+		if !ids[id] {
+			ids[id] = true
+			fresh = append(fresh, &opening{ns: ns})
 		}
-		if err != nil {
-			s.closeUnused(prev)
-			return nil, fmt.Errorf("namespace %q: strategy %s at %s: %s", ns.Name, ns.Strategy, maskURL(ns.URL), maskSecrets(err.Error(), ns.URL))
-		}
-		s.byID[id] = o
-		s.byNamespace[ns.Name] = o.st
-		log.Info("store ready", "namespace", ns.Name, "strategy", ns.Strategy, "url", maskURL(ns.URL))
 	}
-	return s, nil
+	timeout := storeProbeTimeout
+	if cfg.RequireStores {
+		timeout = storeRequireTimeout
+	}
+	var wg sync.WaitGroup
+	for _, f := range fresh {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			if f.o, f.err = connectStore(ctx, f.ns, log); f.err == nil && probe {
+				f.probeErr = probeStore(ctx, f.ns.Name, f.o.st)
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range fresh {
+		if f.o != nil {
+			s.byID[storeID(f.ns)] = f.o
+		}
+	}
+	for _, f := range fresh {
+		if f.err != nil {
+			s.closeUnused(prev)
+			return nil, nil, fmt.Errorf("%s: %s", storeDesc(f.ns), maskSecrets(f.err.Error(), f.ns.URL))
+		}
+	}
+	for i := range cfg.Namespaces {
+		if ns := &cfg.Namespaces[i]; ns.Strategy != StrategyLocal {
+			s.byNamespace[ns.Name] = s.byID[storeID(ns)].st
+		}
+	}
+	if probe {
+		for _, f := range fresh {
+			results = append(results, probed{ns: f.ns, err: f.probeErr})
+		}
+	}
+	return s, results, nil
+}
+
+// probed is a store openStores probed: the first namespace naming it, and
+// the probe's error (nil: the store answered).
+type probed struct {
+	ns  *NamespaceConfig
+	err error
+}
+
+// storeDesc names the store of a namespace in errors: its namespace,
+// strategy and URL, the password masked.
+func storeDesc(ns *NamespaceConfig) string {
+	return fmt.Sprintf("namespace %q: strategy %s at %s", ns.Name, ns.Strategy, maskURL(ns.URL))
+}
+
+// logStoreReady logs that the store of ns answered.
+func logStoreReady(log *slog.Logger, ns *NamespaceConfig) {
+	log.Info("store ready", "namespace", ns.Name, "strategy", ns.Strategy, "url", maskURL(ns.URL))
+}
+
+// connectStore opens the store of ns, its client's lines logged on log.
+func connectStore(ctx context.Context, ns *NamespaceConfig, log *slog.Logger) (*openStore, error) {
+	switch ns.Strategy {
+	case StrategyMemory:
+		return &openStore{st: memory.New()}, nil
+	case StrategyRedis:
+		return openRedis(ns)
+	case StrategyPostgres:
+		return openPostgres(ctx, ns, log)
+	}
+	return nil, fmt.Errorf("unknown strategy %q", ns.Strategy)
+}
+
+// probeStore reads one counter of the store (a key no one writes) in
+// namespace ns: nil when the store answers (a PostgreSQL store's schema
+// is migrated first).
+func probeStore(ctx context.Context, ns string, st strategy.Strategy) error {
+	size := time.Minute
+	_, err := st.GetWindow(ctx, ns, probeKey, strategy.WindowStart(time.Now(), size), size)
+	return err
 }
 
 // lookup returns the store of id, if s (which may be nil) holds one.
@@ -275,11 +352,15 @@ func openRedis(ns *NamespaceConfig) (*openStore, error) {
 	return &openStore{st: st, close: func() { _ = client.Close() }}, nil
 }
 
-func openPostgres(ctx context.Context, ns *NamespaceConfig) (*openStore, error) {
+// openPostgres opens a pool and a store on it. A server that cannot be
+// reached within ctx leaves the schema to the store's first call that
+// reaches it; a server that refuses the migration is an error.
+func openPostgres(ctx context.Context, ns *NamespaceConfig, log *slog.Logger) (*openStore, error) {
 	pc, err := pgxpool.ParseConfig(ns.URL)
 	if err != nil {
 		return nil, errors.New("not a PostgreSQL URL or DSN")
 	}
+	pc.ConnConfig.Tracer = pgxTracer(log)
 	var cfg postgres.Config
 	if p := ns.Postgres; p != nil {
 		if p.MaxConns > 0 {
@@ -287,8 +368,7 @@ func openPostgres(ctx context.Context, ns *NamespaceConfig) (*openStore, error) 
 		}
 		cfg = postgresConfig(p)
 	}
-	ctx, cancel := context.WithTimeout(ctx, storeStartTimeout)
-	defer cancel()
+	cfg.Logger = log
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, err

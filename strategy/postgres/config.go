@@ -3,6 +3,7 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strings"
@@ -70,6 +71,20 @@ type Config struct {
 	// would be counted again, so keep it far above any retry horizon;
 	// shorter keeps the lane table smaller when processes restart often.
 	LaneTTL time.Duration
+
+	// Logger receives what the store reports on its own, beside the errors
+	// its calls return: the schema migrated (INFO), and a migration the
+	// server refuses (WARN, once for each new reason). Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// logger returns c.Logger, or slog.Default() when it is nil.
+func (c Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
 }
 
 // identRE is what a schema or table name may be: a lowercase unquoted SQL

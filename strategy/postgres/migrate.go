@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -10,7 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -79,6 +84,10 @@ func lockKey(cfg Config) int64 {
 	return int64(h.Sum64())
 }
 
+// errNewerSchema marks a schema recorded at a version this build does not
+// know: the server's data refuses this node, as a missing privilege does.
+var errNewerSchema = errors.New("newer than this build knows")
+
 // migrate brings the schema up to the latest version in one transaction,
 // on one connection, that first takes a transaction-level advisory lock:
 // nodes starting at once migrate one after the other, the first applies
@@ -86,31 +95,37 @@ func lockKey(cfg Config) int64 {
 // with the transaction, however it ends (no unlock to forget, nothing left
 // on a pooled server connection behind PgBouncer), and a failed migration
 // leaves the schema as it was.
-func migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names) error {
+// It returns the versions the schema was at and is at now.
+func migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names) (from, to int, err error) {
 	all, err := migrations()
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
+	from, err = migrateTx(ctx, pool, cfg, n, all)
+	return from, len(all), err
+}
+
+func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names, all []migration) (int, error) {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return dbErr(ctx, "begin migration", err)
+		return 0, dbErr(ctx, "begin migration", err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) // after Commit: does nothing
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(cfg)); err != nil {
-		return dbErr(ctx, "take the migration lock", err)
+		return 0, dbErr(ctx, "take the migration lock", err)
 	}
 	var exists bool
 	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", cfg.Schema).Scan(&exists); err != nil {
-		return dbErr(ctx, "look up schema "+cfg.Schema, err)
+		return 0, dbErr(ctx, "look up schema "+cfg.Schema, err)
 	}
 	if !exists { // CREATE SCHEMA needs a privilege that using one does not
 		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+quote(cfg.Schema)); err != nil {
-			return dbErr(ctx, "create schema "+cfg.Schema, err)
+			return 0, dbErr(ctx, "create schema "+cfg.Schema, err)
 		}
 	}
 	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = $2)",
 		cfg.Schema, cfg.Table+versionSuffix).Scan(&exists); err != nil {
-		return dbErr(ctx, "look up the version table", err)
+		return 0, dbErr(ctx, "look up the version table", err)
 	}
 	if !exists {
 		if _, err := tx.Exec(ctx, `CREATE TABLE `+n.versions+` (
@@ -118,28 +133,28 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names) error
 			name       text        NOT NULL,
 			applied_at timestamptz NOT NULL DEFAULT now()
 		)`); err != nil {
-			return dbErr(ctx, "create the version table", err)
+			return 0, dbErr(ctx, "create the version table", err)
 		}
 	}
 	var current int
 	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+n.versions).Scan(&current); err != nil {
-		return dbErr(ctx, "read the schema version", err)
+		return 0, dbErr(ctx, "read the schema version", err)
 	}
 	if current > len(all) {
-		return fmt.Errorf("postgres: schema %s is at version %d, newer than this build knows (%d): upgrade this node", cfg.Schema, current, len(all))
+		return 0, fmt.Errorf("postgres: schema %s is at version %d, %w (%d): upgrade this node", cfg.Schema, current, errNewerSchema, len(all))
 	}
 	for _, m := range all[current:] {
 		if _, err := tx.Exec(ctx, n.render(m.sql)); err != nil {
-			return dbErr(ctx, "apply migration "+m.name, err)
+			return 0, dbErr(ctx, "apply migration "+m.name, err)
 		}
 		if _, err := tx.Exec(ctx, "INSERT INTO "+n.versions+" (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
-			return dbErr(ctx, "record migration "+m.name, err)
+			return 0, dbErr(ctx, "record migration "+m.name, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return dbErr(ctx, "commit migration", err)
+		return 0, dbErr(ctx, "commit migration", err)
 	}
-	return nil
+	return current, nil
 }
 
 // dbErr returns ctx.Err() unchanged when ctx is done (the cause of err), and
@@ -150,3 +165,153 @@ func dbErr(ctx context.Context, what string, err error) error {
 	}
 	return fmt.Errorf("postgres: %s: %w", what, err)
 }
+
+// gate is the store's way to the caller's pool. Every statement of the
+// store goes through it, and none runs before the schema is migrated: the
+// first call that reaches the server migrates it, once. New tries first;
+// when the server cannot be reached then, the store starts all the same (as
+// a Redis store loads its scripts on first use), and its calls fail as
+// calls to an unreachable server until one migrates.
+type gate struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	n    names
+
+	migrated atomic.Bool // the schema is at this build's version
+
+	mu      sync.Mutex
+	running *attempt // the migration under way, nil when none
+	refusal string   // the last refusal logged, "" when none since the last success
+}
+
+// attempt is one migration; its callers and those that wait for it read
+// err once done is closed.
+type attempt struct {
+	done chan struct{}
+	err  error
+}
+
+// ready returns nil once the schema is migrated. Before that, one call at
+// a time migrates it, within its own ctx; the calls that arrive meanwhile
+// wait for that migration, within theirs, and share its outcome: they fail
+// as it did when the server could not be reached or refused, and try
+// themselves when it ended because its caller gave up. A ctx that ends
+// while waiting returns ctx.Err() unchanged.
+func (g *gate) ready(ctx context.Context) error {
+	for {
+		if g.migrated.Load() {
+			return nil
+		}
+		g.mu.Lock()
+		a := g.running
+		if a == nil {
+			a = &attempt{done: make(chan struct{})}
+			g.running = a
+			g.mu.Unlock()
+			a.err = g.migrate(ctx)
+			g.mu.Lock()
+			g.running = nil
+			g.mu.Unlock()
+			close(a.done)
+			return a.err
+		}
+		g.mu.Unlock()
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if a.err == nil {
+			return nil
+		}
+		if !errors.Is(a.err, context.Canceled) && !errors.Is(a.err, context.DeadlineExceeded) {
+			return a.err
+		}
+		// Its caller gave up (or ran out of time): try within ctx.
+	}
+}
+
+// migrate runs one migration and records its outcome: the schema migrated,
+// logged at INFO when it changed; a refusal of the server logged at WARN,
+// once for each new reason.
+func (g *gate) migrate(ctx context.Context) error {
+	from, to, err := migrate(ctx, g.pool, g.cfg, g.n)
+	log := g.cfg.logger()
+	if err == nil {
+		g.migrated.Store(true)
+		g.mu.Lock()
+		g.refusal = ""
+		g.mu.Unlock()
+		if from != to {
+			log.Info("postgres: schema migrated", "schema", g.cfg.Schema, "table", g.cfg.Table, "from_version", from, "to_version", to)
+		}
+		return nil
+	}
+	if refused(err) {
+		g.mu.Lock()
+		again := g.refusal == err.Error()
+		g.refusal = err.Error()
+		g.mu.Unlock()
+		if !again {
+			log.Warn("postgres: the server refuses the schema migration: every call fails until it is fixed", "schema", g.cfg.Schema, "table", g.cfg.Table, "err", err)
+		}
+	}
+	return err
+}
+
+// refused reports whether err, which ended a migration, is the server's
+// refusal (a privilege missing, a schema in the way, a schema newer than
+// this build) rather than the server out of reach: a connection that
+// failed or broke, a timeout, a server starting, stopping or out of
+// resources, a transaction to run again.
+func refused(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return false
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:min(2, len(pe.Code))] { // the SQLSTATE's class
+		case "08", "40", "53", "57", "58":
+			return false
+		}
+		return true
+	}
+	return errors.Is(err, errNewerSchema)
+}
+
+// Query, QueryRow, Exec and Begin are the pool's, once the schema is
+// migrated.
+
+func (g *gate) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := g.ready(ctx); err != nil {
+		return nil, err
+	}
+	return g.pool.Query(ctx, sql, args...)
+}
+
+func (g *gate) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := g.ready(ctx); err != nil {
+		return errRow{err}
+	}
+	return g.pool.QueryRow(ctx, sql, args...)
+}
+
+func (g *gate) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := g.ready(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return g.pool.Exec(ctx, sql, args...)
+}
+
+func (g *gate) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := g.ready(ctx); err != nil {
+		return nil, err
+	}
+	return g.pool.Begin(ctx)
+}
+
+// errRow is a row whose Scan returns err.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }

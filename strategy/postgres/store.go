@@ -6,12 +6,14 @@
 // logs, applies their diffs with a push and decides their limits (and
 // window limits with a precision) in CheckAndCount.
 //
-// It owns its schema and the SQL that reads and writes it: New creates or
-// migrates the schema (versioned migrations embedded in the binary, applied
+// It owns its schema and the SQL that reads and writes it: the schema is
+// created or migrated (versioned migrations embedded in the binary, applied
 // in one transaction holding an advisory lock, so that nodes starting at
-// once migrate once, and a failed upgrade changes nothing). It
-// does not own the connection pool (the caller's, never closed here), nor
-// when to push, fetch or purge (the syncer decides that).
+// once migrate once, and a failed upgrade changes nothing) by New when the
+// server answers, else by the first call that reaches it: a store starts
+// while PostgreSQL is down, and no statement runs on a schema that is not
+// migrated. It does not own the connection pool (the caller's, never
+// closed here), nor when to push, fetch or purge (the syncer decides that).
 //
 // Schema (names from Config):
 //
@@ -98,8 +100,8 @@
 //
 // The pool may use any pgx QueryExecMode (behind PgBouncer in transaction
 // mode, one without server-side prepared statements, as pgx requires).
-// New needs CREATE on the database when Config.Schema does not exist yet,
-// and CREATE on the schema for a migration; later starts need neither. A
+// The migration needs CREATE on the database when Config.Schema does not
+// exist yet, and CREATE on the schema; later starts need neither. A
 // role that only uses the store needs SELECT, INSERT, UPDATE and DELETE on
 // the six tables and SELECT on the version table; the migrations that add
 // tables give them the grants the counters table has.
@@ -107,6 +109,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/big"
@@ -132,15 +135,21 @@ var (
 // (its state is the database; each call takes a connection from the pool).
 // Its zero value is not usable: use New.
 type Store struct {
-	pool *pgxpool.Pool
+	pool *gate // the caller's pool, behind the schema's migration
 	cfg  Config
 	q    queries
 }
 
 // New returns a store on pool configured by cfg (zero fields mean the
-// documented defaults), after creating or migrating its schema. It returns
-// an error naming the field for an invalid cfg, and ctx.Err() when ctx ends
-// first. The pool stays the caller's.
+// documented defaults), and creates or migrates its schema when the server
+// answers within ctx. It fails for an invalid cfg (an error naming the
+// field), when the server refuses the migration (a privilege missing, a
+// schema in the way or newer than this build: the error says which), and
+// with ctx.Err() when ctx is canceled. When the server cannot be reached
+// (a connection that fails, or ctx's deadline passing first), New returns
+// the store all the same: its calls fail as the server's do until one
+// reaches it, and that one migrates the schema first (Ready waits for it).
+// The pool stays the caller's.
 func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if pool == nil {
 		return nil, fmt.Errorf("postgres: pool = nil: a *pgxpool.Pool is required")
@@ -148,13 +157,28 @@ func New(ctx context.Context, pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
-	n := cfg.names()
-	if err := migrate(ctx, pool, cfg, n); err != nil {
+	if _, err := migrations(); err != nil {
 		return nil, err
 	}
-	return &Store{pool: pool, cfg: cfg, q: newQueries(n)}, nil
+	cfg = cfg.withDefaults()
+	n := cfg.names()
+	s := &Store{pool: &gate{pool: pool, cfg: cfg, n: n}, cfg: cfg, q: newQueries(n)}
+	err := s.pool.ready(ctx)
+	switch {
+	case err == nil:
+	case errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		return nil, ctx.Err()
+	case refused(err):
+		return nil, err
+	}
+	return s, nil
 }
+
+// Ready returns nil once the schema is migrated, and otherwise migrates it
+// within ctx (or waits for the call migrating it): the error of a server
+// that cannot be reached or refuses, or ctx.Err(). Calls need not call it:
+// each runs it first.
+func (s *Store) Ready(ctx context.Context) error { return s.pool.ready(ctx) }
 
 // Config returns the store's configuration with defaults applied.
 func (s *Store) Config() Config { return s.cfg }
