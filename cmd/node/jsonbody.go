@@ -340,20 +340,38 @@ func (s *keyScan) str() (ok, ascii bool) {
 		return false, false
 	}
 	ascii = true
-	for s.i++; s.i < len(s.data); s.i++ {
-		switch c := s.data[s.i]; {
-		case c == '"':
+	for s.i++; ; {
+		for s.i < len(s.data) && plainByte[s.data[s.i]] {
+			s.i++
+		}
+		if s.i >= len(s.data) {
+			return false, false
+		}
+		switch s.data[s.i] {
+		case '"':
 			s.i++
 			return true, ascii
-		case c == '\\':
-			ascii = false
+		case '\\':
+			s.i += 2
+		default:
 			s.i++
-		case c >= utf8.RuneSelf:
-			ascii = false
 		}
+		ascii = false
 	}
-	return false, false
 }
+
+// plainByte marks the bytes that neither end a string nor start an
+// escape and are ASCII; scalarByte those that may be part of a number,
+// true, false or null.
+var plainByte, scalarByte = func() (plain, scalar [256]bool) {
+	for c := range utf8.RuneSelf {
+		plain[c] = c != '"' && c != '\\'
+	}
+	for _, c := range "0123456789+-.eEtruefalsn" {
+		scalar[c] = true
+	}
+	return plain, scalar
+}()
 
 // skip skips the value at s.i, whatever it holds.
 func (s *keyScan) skip() bool {
@@ -387,11 +405,7 @@ func (s *keyScan) skip() bool {
 		return false
 	}
 	start := s.i // a number, true, false or null
-	for s.i < len(s.data) {
-		switch s.data[s.i] {
-		case ',', '}', ']', ':', ' ', '\t', '\r', '\n':
-			return s.i > start
-		}
+	for s.i < len(s.data) && scalarByte[s.data[s.i]] {
 		s.i++
 	}
 	return s.i > start
