@@ -24,6 +24,10 @@ import (
 //	POST /v1/namespaces/{name}/sync   push and fetch now (admin)
 //	POST /json                        Envoy's ShouldRateLimit as JSON (rls section)
 //	GET  /healthz, /readyz, /metrics
+//
+// Every error it answers is problem+json: header fields over
+// maxHeaderBytes 431, a path not in canonical form 404 (never a redirect),
+// an unknown path 404, another method 405 with Allow.
 func (n *Node) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/check", n.handleCheck)
@@ -42,15 +46,24 @@ func (n *Node) routes() http.Handler {
 }
 
 // apiHandler sends /v1/check straight to its handler, before the mux: the
-// hot path skips pattern matching.
+// hot path skips pattern matching. Other paths reach the mux only in
+// canonical form, so that the mux never redirects (it would answer a
+// path like /v1//check with a 307 of its own).
 type apiHandler struct {
 	check http.HandlerFunc
 	mux   *http.ServeMux
 }
 
 func (a apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if checkHeader(w, r) {
+		return
+	}
 	if r.URL.Path == "/v1/check" {
 		a.check(w, r)
+		return
+	}
+	if !canonicalPath(r.URL.EscapedPath()) {
+		writeProblem(w, nonCanonical(r, a.mux))
 		return
 	}
 	a.mux.ServeHTTP(w, r)
@@ -58,9 +71,13 @@ func (a apiHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // only answers other methods with 405 (GET also allows HEAD).
 func only(method string, h http.HandlerFunc) http.HandlerFunc {
+	allow := method
+	if method == http.MethodGet {
+		allow = "GET, HEAD"
+	}
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
-			writeProblem(w, methodNotAllowed(method))
+			writeProblem(w, methodNotAllowed(r, allow))
 			return
 		}
 		h(w, r)

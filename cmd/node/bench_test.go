@@ -193,3 +193,17 @@ func BenchmarkDecodeCheck(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkCheckKeys is the key check of decodeStrict alone (no field
+// twice, none misspelled), on the bodies of BenchmarkDecodeCheck.
+func BenchmarkCheckKeys(b *testing.B) {
+	bodies := benchBodies()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if p, ok := checkKeys(bodies[i%len(bodies)], checkSchema); p != nil || !ok {
+			b.Fatal(p, ok)
+		}
+		i++
+	}
+}

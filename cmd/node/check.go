@@ -226,7 +226,7 @@ func formatNumber(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64)
 // problem+json for bad input; 503 when the limiter cannot decide.
 func (n *Node) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
-		writeProblem(w, methodNotAllowed(http.MethodPost))
+		writeProblem(w, methodNotAllowed(r, http.MethodPost))
 		return
 	}
 	l := n.state()

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -14,8 +17,10 @@ import (
 // FuzzDecodeCheck feeds arbitrary bodies to the /v1/check decoder and
 // handler. The decoder must never panic, must answer every bad body with a
 // 4xx problem naming a field or the body, must give the same answer with a
-// pooled state as with a fresh one, and what it accepts must be valid. The
-// handler must never answer 5xx. Seeds: testdata/fuzz/FuzzDecodeCheck.
+// pooled state as with a fresh one, and what it accepts must be valid, with
+// every field spelled exactly and given once. The key check must find in
+// any JSON object the field encoding/json's tokenizer finds (keysOracle).
+// The handler must never answer 5xx. Seeds: testdata/fuzz/FuzzDecodeCheck.
 //
 //	go test -run=^$ -fuzz=FuzzDecodeCheck -fuzztime=60s ./cmd/node
 func FuzzDecodeCheck(f *testing.F) {
@@ -23,6 +28,9 @@ func FuzzDecodeCheck(f *testing.F) {
 	f.Add([]byte(`{"policy":"api","key":"user:42"}`))
 	f.Add([]byte(`{"key":"user:42","limits":[{"limit":10,"window":"1m","type":"token_bucket","burst":20}]}`))
 	f.Add([]byte(`{"key":"user:42","limits":[{"limit":1000,"window":"1h","precision":"1m"},{"limit":3,"window":"15m","type":"anchored"},{"limit":5,"window":"1m","type":"sliding_log"}]}`))
+	f.Add([]byte(`{"key":"a","limits":[{"limit":1,"window":"1s","window":"1m"}],"key":"b"}`))
+	f.Add([]byte(`{"KEY":"a","limits":[{"Limit":1,"window":"1s"}]}`))
+	f.Add([]byte(`{"k\u0065y":"a","key":"b","limits":[{"limit":1,"window":"1s"}]}`))
 	n := newTestNode(f, `
 policies:
   - name: api
@@ -30,6 +38,17 @@ policies:
 `, nil)
 	pooled := &checkState{}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		oracle, isObject := keysOracle(data, checkSchema)
+		if isObject {
+			kp, ok := checkKeys(data, checkSchema)
+			got := ""
+			if kp != nil {
+				got = kp.Field
+			}
+			if !ok || got != oracle {
+				t.Fatalf("checkKeys(%q) = %q, %v; the tokenizer finds %q", data, got, ok, oracle)
+			}
+		}
 		fresh := &checkState{}
 		p := decodeCheck(data, fresh, DefaultMaxKeyBytes)
 		if p2 := decodeCheck(data, pooled, DefaultMaxKeyBytes); !reflect.DeepEqual(p, p2) ||
@@ -44,6 +63,9 @@ policies:
 				t.Fatal(err)
 			}
 		} else {
+			if !isObject || oracle != "" {
+				t.Fatalf("accepted %q: object %v, misspelled or repeated field %q", data, isObject, oracle)
+			}
 			in := fresh.in
 			if in.key == "" || len(in.key) > DefaultMaxKeyBytes {
 				t.Fatalf("accepted key %q", in.key)
@@ -77,4 +99,75 @@ policies:
 			t.Fatalf("decoder rejected %q with %d but the handler answered %d", data, p.Status, w.Code)
 		}
 	})
+}
+
+// keysOracle walks data, when it is one valid JSON object, with
+// encoding/json's tokenizer against schema, and returns the path of its
+// first field (in body order) not spelled exactly as a field of schema or
+// given twice, as checkKeys names it; "" when there is none. isObject is
+// false when data is not one valid JSON object.
+func keysOracle(data []byte, schema []jsonField) (field string, isObject bool) {
+	if !json.Valid(data) || !bytes.HasPrefix(bytes.TrimLeft(data, " \t\r\n"), []byte("{")) {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var object func(path string, schema []jsonField) string
+	var value func(path string, f *jsonField) string
+	skip := func(tok json.Token) {
+		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') {
+			for depth := 1; depth > 0; {
+				tok, _ := dec.Token()
+				switch tok {
+				case json.Delim('{'), json.Delim('['):
+					depth++
+				case json.Delim('}'), json.Delim(']'):
+					depth--
+				}
+			}
+		}
+	}
+	object = func(path string, schema []jsonField) string { // after '{'
+		seen := map[int]bool{}
+		for dec.More() {
+			tok, _ := dec.Token()
+			key := tok.(string)
+			j := slices.IndexFunc(schema, func(f jsonField) bool { return f.name == key || f.alt != "" && f.alt == key })
+			if j < 0 {
+				return joinJSON(path, key)
+			}
+			if seen[j] {
+				return joinJSON(path, schema[j].name)
+			}
+			seen[j] = true
+			if bad := value(path, &schema[j]); bad != "" {
+				return bad
+			}
+		}
+		_, _ = dec.Token() // }
+		return ""
+	}
+	value = func(path string, f *jsonField) string {
+		tok, _ := dec.Token()
+		switch {
+		case f.kind == kArray && f.elem != nil && tok == json.Delim('['):
+			for i := 0; dec.More(); i++ {
+				tok, _ := dec.Token()
+				if tok == json.Delim('{') {
+					if bad := object(fmt.Sprintf("%s[%d]", joinJSON(path, f.name), i), f.elem); bad != "" {
+						return bad
+					}
+				} else {
+					skip(tok)
+				}
+			}
+			_, _ = dec.Token() // ]
+		case f.kind == kObject && f.elem != nil && tok == json.Delim('{'):
+			return object(joinJSON(path, f.name), f.elem)
+		default:
+			skip(tok)
+		}
+		return ""
+	}
+	_, _ = dec.Token() // {
+	return object("", schema), true
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -78,8 +80,8 @@ func (t *gwRoutes) closeIdle() {
 
 // newProxy returns the reverse proxy to the upstream. Every exchange is
 // bounded: connecting by connect_timeout, the upstream's response headers
-// by timeout. An upstream that fails or times out gets the client a 502
-// with {"message":"upstream unavailable"}, never a hang.
+// by timeout. An upstream that times out gets the client a 504, one that
+// fails otherwise a 502, never a hang (upstreamProblem).
 func newProxy(c GatewayConfig, log *slog.Logger) *httputil.ReverseProxy {
 	upstream, trusted := c.upstream, c.trusted
 	connect := time.Duration(c.ConnectTimeout)
@@ -105,12 +107,34 @@ func newProxy(c GatewayConfig, log *slog.Logger) *httputil.ReverseProxy {
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			log.Warn("upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
-			h := w.Header()
-			h["Content-Type"] = jsonContentType
-			w.WriteHeader(http.StatusBadGateway)
-			_, _ = w.Write([]byte(`{"message":"upstream unavailable"}` + "\n"))
+			writeProblem(w, upstreamProblem(err, c))
 		},
 	}
+}
+
+// upstreamProblem is the gateway's answer when the exchange with the
+// upstream failed with err: 504 when it timed out, else 502. The detail
+// says which bound ran out, not the upstream's address (the log has the
+// error); message is "upstream unavailable" or "upstream timed out", for
+// clients of Kong's {"message": ...} bodies.
+func upstreamProblem(err error, c GatewayConfig) *problem {
+	var (
+		ne   net.Error
+		oe   *net.OpError
+		dial = errors.As(err, &oe) && oe.Op == "dial"
+	)
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		detail := fmt.Sprintf("the upstream sent no response headers within gateway.timeout (%s)", time.Duration(c.Timeout))
+		if dial {
+			detail = fmt.Sprintf("the connection to the upstream was not made within gateway.connect_timeout (%s)", time.Duration(c.ConnectTimeout))
+		}
+		return &problem{Type: probUpstreamTO, Title: "Upstream timed out", Status: http.StatusGatewayTimeout, Detail: detail, Message: "upstream timed out"}
+	}
+	detail := "the exchange with the upstream failed"
+	if dial {
+		detail = "the connection to the upstream failed"
+	}
+	return &problem{Type: probUpstream, Title: "Upstream unavailable", Status: http.StatusBadGateway, Detail: detail, Message: "upstream unavailable"}
 }
 
 // peerTrusted reports whether the request's peer is a trusted proxy.
@@ -131,8 +155,11 @@ func peerTrusted(r *http.Request, trusted []netip.Prefix) bool {
 	return false
 }
 
-// ServeHTTP routes r.
+// ServeHTTP routes r, after the node's own check of its header size.
 func (g *gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if checkHeader(w, r) {
+		return
+	}
 	t := g.routes.Load()
 	if rt := t.match(r); rt != nil {
 		rt.handler.ServeHTTP(w, r)

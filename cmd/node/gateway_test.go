@@ -168,35 +168,6 @@ func TestGatewayForwardedFor(t *testing.T) {
 	}
 }
 
-func TestGatewayUpstreamFailure(t *testing.T) {
-	hang := make(chan struct{})
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case <-hang:
-		case <-r.Context().Done():
-		}
-	}))
-	t.Cleanup(func() { close(hang); slow.Close() })
-	closed := httptest.NewServer(http.NotFoundHandler())
-	closed.Close()
-	tests := []struct {
-		name     string
-		upstream string
-	}{
-		{"upstream does not answer within the timeout", slow.URL},
-		{"upstream refuses connections", closed.URL},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, gw := newGatewayServer(t, gatewayYAML(tt.upstream, ""))
-			resp, body := send(t, "GET", gw.URL+"/ip")
-			if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "upstream unavailable") {
-				t.Errorf("status %d body %q, want 502", resp.StatusCode, body)
-			}
-		})
-	}
-}
-
 func TestGatewayMatch(t *testing.T) {
 	up := newUpstream(t)
 	n := newTestNode(t, gatewayYAML(up.srv.URL, ""), nil)

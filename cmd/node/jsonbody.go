@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // bodyPool recycles request body buffers: the hot path reads each body into
@@ -61,22 +62,34 @@ const (
 	kString jsonKind = iota
 	kNumber
 	kBool
-	kArray // of objects described by elem
+	kArray  // of objects described by elem
+	kObject // an object described by elem
+	kAny    // any value, not described further (checked by the decoder)
 )
 
-// jsonField describes one field of a request body, for error reports.
+// jsonField describes one field of a request body: its spelling, the
+// kind of its value, and the fields of the objects it holds. The key
+// check (checkKeys) and the error reports (locate) walk bodies against it.
 type jsonField struct {
-	name string
+	name string // the spelling
+	alt  string // another spelling of the same field, or "" (protobuf JSON takes the proto name too)
 	kind jsonKind
-	elem []jsonField
+	elem []jsonField // kArray, kObject
 }
 
-var kindNames = [...]string{kString: "a string", kNumber: "a number", kBool: "true or false", kArray: "a list"}
+// maxSchemaFields bounds the fields of one object of a schema: checkKeys
+// marks the fields it has seen in a uint64.
+const maxSchemaFields = 64
 
-// decodeStrict decodes the JSON object in data into v: unknown fields,
-// wrong types and data after the object are errors. The error names the
-// field at fault, found by walking data against schema (the slow path, only
-// for bad bodies). rd, when not nil, is a reader to reuse.
+var kindNames = [...]string{kString: "a string", kNumber: "a number", kBool: "true or false", kArray: "a list", kObject: "a JSON object", kAny: "a JSON value"}
+
+// decodeStrict decodes the JSON object in data into v. Errors: a field
+// not spelled exactly as one of schema (unknown, or known in another
+// case: encoding/json would match it case-insensitively), a field given
+// twice (encoding/json would keep the last), wrong types, and data after
+// the object. The error names the field at fault. On a valid body, the
+// only work besides decoding is checkKeys, one pass over the bytes that
+// does not allocate. rd, when not nil, is a reader to reuse.
 func decodeStrict(data []byte, rd *bytes.Reader, v any, schema []jsonField) *problem {
 	if rd == nil {
 		rd = new(bytes.Reader)
@@ -91,7 +104,8 @@ func decodeStrict(data []byte, rd *bytes.Reader, v any, schema []jsonField) *pro
 		if trimmed := bytes.TrimLeft(rest, " \t\r\n"); len(trimmed) > 0 {
 			return invalid("body", fmt.Sprintf("unexpected data after the JSON object at byte %d", off+int64(len(rest)-len(trimmed))))
 		}
-		return nil
+		p, _ := checkKeys(data[:off], schema)
+		return p
 	}
 	var se *json.SyntaxError
 	switch {
@@ -101,6 +115,12 @@ func decodeStrict(data []byte, rd *bytes.Reader, v any, schema []jsonField) *pro
 		return invalid("body", "malformed JSON: the body ends inside a value")
 	case errors.As(err, &se):
 		return invalid("body", fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: ")))
+	}
+	// The decoder read the whole value before it failed: data begins with
+	// valid JSON. Report its first misspelled or repeated field, else the
+	// field of wrong type.
+	if p, _ := checkKeys(data, schema); p != nil {
+		return p
 	}
 	if p := locate(data, schema); p != nil {
 		return p
@@ -113,8 +133,319 @@ func decodeStrict(data []byte, rd *bytes.Reader, v any, schema []jsonField) *pro
 	return invalid("body", strings.TrimPrefix(err.Error(), "json: "))
 }
 
-// locate walks the JSON object in data against schema and returns the
-// first field that encoding/json would reject, with its path, or nil.
+// checkKeys walks the JSON value at the start of data against schema and
+// returns the first field, in the order of the body, that is not exactly
+// one of the schema's spellings (unknown, or known in another case) or
+// that an object gives twice (under either spelling), or nil. Values
+// schema does not describe are skipped. ok is false when data is not JSON
+// it can walk; then the decoder's own error is the one to report. It
+// allocates only to report an error, or to read a field name written with
+// escapes.
+func checkKeys(data []byte, schema []jsonField) (p *problem, ok bool) {
+	s := keyScan{data: data}
+	s.ws()
+	if s.i >= len(s.data) || s.data[s.i] != '{' {
+		return nil, s.i < len(s.data) // not an object: for the decoder
+	}
+	return s.object(schema)
+}
+
+// keyScan is checkKeys's reader: data, the offset read up to, and the
+// path to the object being read (for reports), kept in an array so that
+// walking allocates nothing.
+type keyScan struct {
+	data  []byte
+	i     int
+	path  [maxScanDepth]scanStep
+	depth int
+}
+
+// maxScanDepth bounds the nesting of objects checkKeys checks; deeper
+// ones are skipped. The schemas nest less deeply (TestSchemas).
+const maxScanDepth = 8
+
+// scanStep is one step of a path: the field holding an object, with the
+// index of the object when it is an element of the field's list (else -1).
+type scanStep struct {
+	name  string
+	index int
+}
+
+// field spells the path of field name of the object being read, as
+// problems name fields: limits[0].window.
+func (s *keyScan) field(name string) string {
+	var at string
+	for _, st := range s.path[:s.depth] {
+		at = joinJSON(at, st.name)
+		if st.index >= 0 {
+			at += "[" + strconv.Itoa(st.index) + "]"
+		}
+	}
+	return joinJSON(at, name)
+}
+
+func (s *keyScan) ws() {
+	for s.i < len(s.data) && s.data[s.i] <= ' ' {
+		switch s.data[s.i] {
+		case ' ', '\t', '\r', '\n':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// object reads the object at s.i (which is '{') against schema.
+func (s *keyScan) object(schema []jsonField) (*problem, bool) {
+	var seen uint64
+	s.i++ // {
+	s.ws()
+	if s.i < len(s.data) && s.data[s.i] == '}' {
+		s.i++
+		return nil, true
+	}
+	for {
+		s.ws()
+		key, ok := s.name()
+		if !ok {
+			return nil, false
+		}
+		s.ws()
+		if s.i >= len(s.data) || s.data[s.i] != ':' {
+			return nil, false
+		}
+		s.i++
+		s.ws()
+		j := -1
+		for k := range schema {
+			if f := &schema[k]; string(key) == f.name || (f.alt != "" && string(key) == f.alt) {
+				j = k
+				break
+			}
+		}
+		if j < 0 {
+			return s.misspelled(key, schema), true
+		}
+		f := &schema[j]
+		if j < maxSchemaFields {
+			if seen&(1<<j) != 0 {
+				return s.repeated(f), true
+			}
+			seen |= 1 << j
+		}
+		var p *problem
+		switch {
+		case s.i >= len(s.data):
+			return nil, false
+		case s.depth == maxScanDepth:
+			ok = s.skip()
+		case f.kind == kArray && f.elem != nil && s.data[s.i] == '[':
+			p, ok = s.list(f)
+		case f.kind == kObject && f.elem != nil && s.data[s.i] == '{':
+			s.path[s.depth] = scanStep{name: f.name, index: -1}
+			s.depth++
+			p, ok = s.object(f.elem)
+			s.depth--
+		default:
+			ok = s.skip()
+		}
+		if p != nil || !ok {
+			return p, ok
+		}
+		s.ws()
+		if s.i >= len(s.data) {
+			return nil, false
+		}
+		switch s.data[s.i] {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return nil, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// list reads the list at s.i (which is '['), the value of f: its objects
+// against f.elem.
+func (s *keyScan) list(f *jsonField) (*problem, bool) {
+	s.i++ // [
+	s.ws()
+	if s.i < len(s.data) && s.data[s.i] == ']' {
+		s.i++
+		return nil, true
+	}
+	for idx := 0; ; idx++ {
+		s.ws()
+		if s.i >= len(s.data) {
+			return nil, false
+		}
+		var (
+			p  *problem
+			ok bool
+		)
+		if s.data[s.i] == '{' {
+			s.path[s.depth] = scanStep{name: f.name, index: idx}
+			s.depth++
+			p, ok = s.object(f.elem)
+			s.depth--
+		} else {
+			ok = s.skip()
+		}
+		if p != nil || !ok {
+			return p, ok
+		}
+		s.ws()
+		if s.i >= len(s.data) {
+			return nil, false
+		}
+		switch s.data[s.i] {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return nil, true
+		default:
+			return nil, false
+		}
+	}
+}
+
+// name reads the string at s.i, a field name, and returns it as
+// encoding/json reads it (escapes undone, invalid UTF-8 replaced). Without
+// escapes, the result is a slice of data.
+func (s *keyScan) name() ([]byte, bool) {
+	start := s.i
+	ok, ascii := s.str()
+	if !ok {
+		return nil, false
+	}
+	raw := s.data[start+1 : s.i-1]
+	if ascii || bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) {
+		return raw, true
+	}
+	var name string
+	if json.Unmarshal(s.data[start:s.i], &name) != nil {
+		return nil, false
+	}
+	return []byte(name), true
+}
+
+// str skips the string at s.i; ascii tells that it holds only ASCII and
+// no escape.
+func (s *keyScan) str() (ok, ascii bool) {
+	if s.i >= len(s.data) || s.data[s.i] != '"' {
+		return false, false
+	}
+	ascii = true
+	for s.i++; ; {
+		for s.i < len(s.data) && plainByte[s.data[s.i]] {
+			s.i++
+		}
+		if s.i >= len(s.data) {
+			return false, false
+		}
+		switch s.data[s.i] {
+		case '"':
+			s.i++
+			return true, ascii
+		case '\\':
+			s.i += 2
+		default:
+			s.i++
+		}
+		ascii = false
+	}
+}
+
+// plainByte marks the bytes that neither end a string nor start an
+// escape and are ASCII; scalarByte those that may be part of a number,
+// true, false or null.
+var plainByte, scalarByte = func() (plain, scalar [256]bool) {
+	for c := range utf8.RuneSelf {
+		plain[c] = c != '"' && c != '\\'
+	}
+	for _, c := range "0123456789+-.eEtruefalsn" {
+		scalar[c] = true
+	}
+	return plain, scalar
+}()
+
+// skip skips the value at s.i, whatever it holds.
+func (s *keyScan) skip() bool {
+	if s.i >= len(s.data) {
+		return false
+	}
+	switch s.data[s.i] {
+	case '"':
+		ok, _ := s.str()
+		return ok
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.data) {
+			switch s.data[s.i] {
+			case '"':
+				if ok, _ := s.str(); !ok {
+					return false
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					s.i++
+					return true
+				}
+			}
+			s.i++
+		}
+		return false
+	}
+	start := s.i // a number, true, false or null
+	for s.i < len(s.data) && scalarByte[s.data[s.i]] {
+		s.i++
+	}
+	return s.i > start
+}
+
+// misspelled reports field key of the object being read, which is not
+// one of schema's spellings: known in another case, or unknown.
+func (s *keyScan) misspelled(key []byte, schema []jsonField) *problem {
+	p := s.field(string(key))
+	for _, f := range schema {
+		for _, name := range []string{f.name, f.alt} {
+			if name != "" && bytes.EqualFold(key, []byte(name)) {
+				return invalid(p, fmt.Sprintf("%s: unknown field: field names are case-sensitive: did you mean %q?", p, name))
+			}
+		}
+	}
+	return unknownField(p, schema)
+}
+
+func unknownField(p string, schema []jsonField) *problem {
+	names := make([]string, len(schema))
+	for j, f := range schema {
+		names[j] = f.name
+	}
+	return invalid(p, fmt.Sprintf("%s: unknown field (known: %s)", p, strings.Join(names, ", ")))
+}
+
+// repeated reports field f given twice in the object being read.
+func (s *keyScan) repeated(f *jsonField) *problem {
+	p := s.field(f.name)
+	detail := p + ": given more than once: a field may appear once"
+	if f.alt != "" {
+		detail = fmt.Sprintf("%s: given more than once (as %s or %s): a field may appear once", p, f.name, f.alt)
+	}
+	return invalid(p, detail)
+}
+
+// locate walks the JSON object in data, whose fields checkKeys found
+// spelled right and given once, against schema and returns the first
+// field of a type encoding/json would reject, with its path, or nil.
 func locate(data []byte, schema []jsonField) *problem {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
@@ -137,19 +468,9 @@ func locateObject(v any, path string, schema []jsonField) *problem {
 		return invalid(path, path+": must be a JSON object")
 	}
 	for _, k := range sortedKeys(obj) {
-		i := -1
-		for j, f := range schema {
-			if f.name == k || (i < 0 && strings.EqualFold(f.name, k)) {
-				i = j
-			}
-		}
+		i := slices.IndexFunc(schema, func(f jsonField) bool { return f.name == k || f.alt != "" && f.alt == k })
 		if i < 0 {
-			p := joinJSON(path, k)
-			names := make([]string, len(schema))
-			for j, f := range schema {
-				names[j] = f.name
-			}
-			return invalid(p, fmt.Sprintf("%s: unknown field (known: %s)", p, strings.Join(names, ", ")))
+			return unknownField(joinJSON(path, k), schema)
 		}
 		if pr := locateValue(obj[k], joinJSON(path, schema[i].name), schema[i]); pr != nil {
 			return pr
@@ -188,6 +509,10 @@ func locateValue(val any, p string, f jsonField) *problem {
 				}
 			}
 		}
+	case kObject:
+		return locateObject(val, p, f.elem)
+	case kAny:
+		ok = true
 	}
 	if !ok {
 		return invalid(p, p+": must be "+kindNames[f.kind])

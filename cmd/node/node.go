@@ -23,7 +23,6 @@ const (
 	apiReadTimeout       = 10 * time.Second
 	apiWriteTimeout      = 10 * time.Second
 	apiIdleTimeout       = 60 * time.Second
-	maxHeaderBytes       = 64 << 10
 	startSyncTimeout     = 5 * time.Second
 	adminSyncTimeout     = 30 * time.Second
 )
@@ -295,7 +294,7 @@ func (n *Node) ServeListeners(ctx context.Context, apiLn, gwLn net.Listener) err
 		ReadTimeout:       apiReadTimeout,
 		WriteTimeout:      apiWriteTimeout,
 		IdleTimeout:       apiIdleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
+		MaxHeaderBytes:    serverMaxHeaderBytes,
 		ErrorLog:          errLog,
 	}}
 	lns := []net.Listener{apiLn}
@@ -309,7 +308,7 @@ func (n *Node) ServeListeners(ctx context.Context, apiLn, gwLn net.Listener) err
 			ReadTimeout:       exchange,
 			WriteTimeout:      exchange,
 			IdleTimeout:       apiIdleTimeout,
-			MaxHeaderBytes:    maxHeaderBytes,
+			MaxHeaderBytes:    serverMaxHeaderBytes,
 			ErrorLog:          errLog,
 		})
 		lns = append(lns, gwLn)

@@ -12,13 +12,17 @@ import (
 )
 
 // problem is an RFC 9457 problem detail. Field names the request field at
-// fault ("limits[0].window", "key", "body"), when one is.
+// fault ("limits[0].window", "key", "body"), when one is. Message is Kong's
+// member, set on the gateway's own errors so that clients written for Kong
+// read them too. allow is the Allow header of a 405.
 type problem struct {
-	Type   string `json:"type"`
-	Title  string `json:"title"`
-	Status int    `json:"status"`
-	Detail string `json:"detail,omitempty"`
-	Field  string `json:"field,omitempty"`
+	Type    string `json:"type"`
+	Title   string `json:"title"`
+	Status  int    `json:"status"`
+	Detail  string `json:"detail,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message,omitempty"`
+	allow   string
 }
 
 // Problem types.
@@ -30,6 +34,9 @@ const (
 	probUnauth      = "urn:ratesync:problem:unauthorized"
 	probForbidden   = "urn:ratesync:problem:forbidden"
 	probUnavailable = "urn:ratesync:problem:unavailable"
+	probHeaderLarge = "urn:ratesync:problem:header-too-large"
+	probUpstream    = "urn:ratesync:problem:upstream-unavailable"
+	probUpstreamTO  = "urn:ratesync:problem:upstream-timeout"
 )
 
 // invalid is a 400 naming field.
@@ -51,8 +58,11 @@ func tooLarge(limit int64) *problem {
 		Detail: "the body must be at most " + strconv.FormatInt(limit, 10) + " bytes", Field: "body"}
 }
 
-func methodNotAllowed(allow string) *problem {
-	return &problem{Type: probMethod, Title: "Method not allowed", Status: http.StatusMethodNotAllowed, Detail: "allowed: " + allow}
+// methodNotAllowed is a 405 for r, whose path allows the methods allow
+// ("GET, HEAD"), which the Allow header lists.
+func methodNotAllowed(r *http.Request, allow string) *problem {
+	return &problem{Type: probMethod, Title: "Method not allowed", Status: http.StatusMethodNotAllowed,
+		Detail: fmt.Sprintf("%s %s: method not allowed (allowed: %s)", r.Method, r.URL.Path, allow), allow: allow}
 }
 
 func unavailable(detail string) *problem {
@@ -88,8 +98,8 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 	if p.Status == http.StatusServiceUnavailable && h.Get("Retry-After") == "" {
 		h["Retry-After"] = one
 	}
-	if p.Status == http.StatusMethodNotAllowed {
-		h.Set("Allow", p.Detail[len("allowed: "):])
+	if p.allow != "" {
+		h["Allow"] = []string{p.allow}
 	}
 	w.WriteHeader(p.Status)
 	body, _ := json.Marshal(p)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/ratesync/ratesync/rls"
 )
@@ -89,7 +91,7 @@ func (n *Node) handleJSON(w http.ResponseWriter, r *http.Request) {
 	defer putBody(buf)
 	var req pb.RateLimitRequest
 	if err := protojson.Unmarshal(buf.Bytes(), &req); err != nil {
-		writeProblem(w, invalid("body", "not a RateLimitRequest in protobuf JSON: "+err.Error()))
+		writeProblem(w, rlsBodyProblem(buf.Bytes(), err))
 		return
 	}
 	resp, err := n.metrics.rls.decide(r.Context(), n.rls, &req)
@@ -112,6 +114,47 @@ func (n *Node) handleJSON(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}
 	_, _ = w.Write(out)
+}
+
+// rlsSchema is RateLimitRequest's fields, by their protobuf JSON names
+// and their proto names (protojson takes both).
+var rlsSchema = protoSchema((&pb.RateLimitRequest{}).ProtoReflect().Descriptor(), maxScanDepth)
+
+// protoSchema describes the JSON form of messages md for checkKeys, depth
+// levels deep: lists of messages and messages are described field by
+// field; anything else (scalars, enums, maps, the well-known types, which
+// protobuf JSON writes as scalars) is a value not described further.
+func protoSchema(md protoreflect.MessageDescriptor, depth int) []jsonField {
+	fs := md.Fields()
+	out := make([]jsonField, fs.Len())
+	for i := range fs.Len() {
+		fd := fs.Get(i)
+		f := jsonField{name: fd.JSONName(), kind: kAny}
+		if alt := fd.TextName(); alt != f.name {
+			f.alt = alt
+		}
+		if m := fd.Message(); m != nil && !fd.IsMap() && m.FullName().Parent() != "google.protobuf" && depth > 1 {
+			f.kind, f.elem = kObject, protoSchema(m, depth-1)
+			if fd.IsList() {
+				f.kind = kArray
+			}
+		}
+		out[i] = f
+	}
+	return out
+}
+
+// rlsBodyProblem is the 400 of a POST /json body that protojson refused
+// with err. protojson refuses a field given twice and a field in another
+// case than its own (as unknown); checkKeys finds which, with its path and
+// the expected spelling. Anything else is protojson's message.
+func rlsBodyProblem(data []byte, err error) *problem {
+	if json.Valid(data) {
+		if p, _ := checkKeys(data, rlsSchema); p != nil {
+			return p
+		}
+	}
+	return invalid("body", "not a RateLimitRequest in protobuf JSON: "+err.Error())
 }
 
 // rlsMetrics are the rls section's metrics: requests by result, and
