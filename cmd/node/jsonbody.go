@@ -252,20 +252,29 @@ func (s *keyScan) object(schema []jsonField) (*problem, bool) {
 		if p != nil || !ok {
 			return p, ok
 		}
-		s.ws()
-		if s.i >= len(s.data) {
-			return nil, false
-		}
-		switch s.data[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil, true
-		default:
-			return nil, false
+		if more, ok := s.sep('}'); !more {
+			return nil, ok
 		}
 	}
+}
+
+// sep reads what follows a member of an object or an element of a list:
+// ',' (more follow) or end, the closing bracket; ok is false for anything
+// else.
+func (s *keyScan) sep(end byte) (more, ok bool) {
+	s.ws()
+	if s.i >= len(s.data) {
+		return false, false
+	}
+	switch s.data[s.i] {
+	case ',':
+		s.i++
+		return true, true
+	case end:
+		s.i++
+		return false, true
+	}
+	return false, false
 }
 
 // list reads the list at s.i (which is '['), the value of f: its objects
@@ -297,18 +306,8 @@ func (s *keyScan) list(f *jsonField) (*problem, bool) {
 		if p != nil || !ok {
 			return p, ok
 		}
-		s.ws()
-		if s.i >= len(s.data) {
-			return nil, false
-		}
-		switch s.data[s.i] {
-		case ',':
-			s.i++
-		case ']':
-			s.i++
-			return nil, true
-		default:
-			return nil, false
+		if more, ok := s.sep(']'); !more {
+			return nil, ok
 		}
 	}
 }
