@@ -154,6 +154,7 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 	purge := time.NewTicker(time.Minute)
 	defer purge.Stop()
 	detached := context.WithoutCancel(ctx) // the turns' store calls: see turn
+	s.measureIfDue(ctx)                    // offset.go: the namespace clock before the first hits
 	for {
 		select {
 		case <-stop:
@@ -169,6 +170,7 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 			continue
 		}
 		s.serve(ctx, detached)
+		s.measureIfDue(ctx) // offset.go
 		if s.health.downUntil.Load() != 0 {
 			retry.Reset(s.retryIn())
 		}

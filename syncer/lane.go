@@ -65,6 +65,9 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	t0 := s.clock.now()
 	c := s.conf.Load()
 	calls := s.lane.calls
+	if s.measureOffset(ctx) { // offset.go: the store's clock, before this sync's windows
+		s.lane.calls++ // and the store answers: no probe needed below
+	}
 	pushed, late, err := s.pushLocked(ctx)
 	fetched := 0
 	if err == nil {
