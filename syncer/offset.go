@@ -184,36 +184,50 @@ func (s *Syncer) measureOffset(ctx context.Context) bool {
 	rtt := t1.Sub(t0)
 	smp := sample{offset: st.Sub(t0.Add(rtt / 2)), rtt: rtt}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.gen != gen {
+		o.mu.Unlock()
 		return true // answered, but the store may have been replaced since
 	}
 	o.measured, o.known = o.est.add(smp), true
 	o.apply(s.clock.node())
-	s.logOffset(c)
+	crossed, m, enabled := o.cross()
+	o.mu.Unlock()
+	if crossed {
+		logOffset(c, m, enabled)
+	}
 	return true
 }
 
-// logOffset logs an estimate that crosses ClockOffsetWarn, once each way.
-// Callers hold offset.mu.
-func (s *Syncer) logOffset(c *conf) {
-	o := &s.offset
+// cross reports whether the estimate crossed ClockOffsetWarn, out (beyond
+// it) or back in (within 90% of it), since it was last logged, and records
+// the crossing. Callers hold mu.
+func (o *offset) cross() (crossed bool, estimate sample, enabled bool) {
 	m := o.measured.offset
 	abs := max(m, -m)
-	clock := "node"
-	if o.enabled {
-		clock = "store"
-	}
 	switch {
 	case !o.beyond && abs > ClockOffsetWarn:
-		o.beyond = true
-		c.Logger.Warn("ratesync: this node's clock is far from the store's", "namespace", c.Namespace,
-			"offset", m, "bound", ClockOffsetWarn, "rtt", o.measured.rtt, "windows_in", clock)
+		o.beyond, crossed = true, true
 	case o.beyond && abs <= ClockOffsetWarn*9/10:
-		o.beyond = false
-		c.Logger.Info("ratesync: this node's clock is near the store's again", "namespace", c.Namespace,
-			"offset", m, "bound", ClockOffsetWarn, "windows_in", clock)
+		o.beyond, crossed = false, true
 	}
+	return crossed, o.measured, o.enabled
+}
+
+// logOffset logs a crossing of ClockOffsetWarn by the estimate m: WARN
+// beyond it, INFO back within.
+func logOffset(c *conf, m sample, enabled bool) {
+	clock := "node"
+	if enabled {
+		clock = "store"
+	}
+	abs := max(m.offset, -m.offset)
+	if abs > ClockOffsetWarn {
+		c.Logger.Warn("ratesync: this node's clock is far from the store's", "namespace", c.Namespace,
+			"offset", m.offset, "bound", ClockOffsetWarn, "rtt", m.rtt, "windows_in", clock)
+		return
+	}
+	c.Logger.Info("ratesync: this node's clock is near the store's again", "namespace", c.Namespace,
+		"offset", m.offset, "bound", ClockOffsetWarn, "windows_in", clock)
 }
 
 // measureIfDue is the synchronous worker's measurement between its turns:
