@@ -297,7 +297,7 @@ func TestSynchronousCoalescedExact(t *testing.T) {
 			now := time.Now()
 			start := strategy.WindowStart(now, window)
 			in := newInstance(t, "exact", frozen(now), ratelimiting.WithSyncTimeout(0, hitTimeout))
-			mustNew(t, in, namespace.Config{Name: "sync", SyncRate: namespace.Synchronous, Strategy: be.store, WindowSizes: []time.Duration{window}})
+			mustNew(t, in, namespace.Config{Name: "sync", SyncRate: namespace.Synchronous, Strategy: be.store, WindowSizes: []time.Duration{window}, Clock: namespace.NodeClock})
 
 			t.Run("increment", func(t *testing.T) {
 				got := make([][]float64, workers)

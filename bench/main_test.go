@@ -300,7 +300,9 @@ func (c *counting) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[
 // frozen is a clock stopped at t: windows never turn during a benchmark, so
 // counts are exact. Stores that set TTLs from their own clock (Redis) see
 // the real time, which stays within the frozen window's lifetime for the
-// length of a benchmark when windows are an hour long.
+// length of a benchmark when windows are an hour long. A namespace whose
+// store tells time counts on this clock with Clock: namespace.NodeClock
+// (the counting wrapper hides the store's clock).
 func frozen(t time.Time) ratelimiting.Option {
 	t = t.Truncate(time.Millisecond)
 	return ratelimiting.WithClock(func() time.Time { return t })

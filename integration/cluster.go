@@ -25,6 +25,7 @@ type ClusterConfig struct {
 	Strategy    strategy.Strategy     // the shared store; nil for local-only nodes
 	WindowSizes []time.Duration       // the namespace's window sizes
 	Skew        []time.Duration       // per node: its clock runs this far ahead (may be shorter than Nodes)
+	Clock       namespace.Clock       // namespace.Config.Clock on every node: store (default) or node
 	NearLimit   bool                  // namespace.Config.NearLimit on every node
 	Logger      *slog.Logger          // discard when nil
 	Options     []ratelimiting.Option // extra options for every node
@@ -70,6 +71,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 			Strategy:    cfg.Strategy,
 			WindowSizes: cfg.WindowSizes,
 			NearLimit:   cfg.NearLimit,
+			Clock:       cfg.Clock,
 		})
 		if err != nil {
 			_ = in.Close(context.Background())

@@ -166,9 +166,12 @@ func maxInSpan(res *Result, span time.Duration) int {
 	return best
 }
 
-// One node's clock runs 1.5 s ahead of the others: its hits land in windows
-// the others have not reached yet. Measured and printed; the bound asserted
-// is L + λ·(T + skew).
+// One node's clock runs 1.5 s ahead of the others. Counting on the node's
+// clock (Clock: NodeClock), its hits land in windows the others have not
+// reached yet; counting on the store's (the default), in the store's
+// windows, as the others' do. Measured and printed; the bound asserted is
+// L + λ·(T + skew) on the node's clock, and L + λ·(T + RTT) (no skew) on
+// the store's.
 func TestClockSkew(t *testing.T) {
 	const (
 		limit    = 100
@@ -180,14 +183,20 @@ func TestClockSkew(t *testing.T) {
 	store := redisStore(t)
 	d := rtt(t, store)
 	results := map[string]int{}
-	for _, skewed := range []bool{false, true} {
-		name := "no skew"
-		cfg := ClusterConfig{Nodes: 3, Namespace: fmt.Sprintf("skew-%v", skewed), SyncRate: syncRate, Strategy: store, WindowSizes: []time.Duration{window}}
-		if skewed {
-			name = "node 2 at +1.5s"
-			cfg.Skew = []time.Duration{0, 0, skew}
-		}
+	cases := []struct {
+		name  string
+		skew  time.Duration
+		clock namespace.Clock
+	}{
+		{"no skew", 0, namespace.StoreClock},
+		{"node 2 at +1.5s, node clock", skew, namespace.NodeClock},
+		{"node 2 at +1.5s, store clock", skew, namespace.StoreClock},
+	}
+	for i, tc := range cases {
+		cfg := ClusterConfig{Nodes: 3, Namespace: fmt.Sprintf("skew-%d", i), SyncRate: syncRate, Strategy: store,
+			WindowSizes: []time.Duration{window}, Skew: []time.Duration{0, 0, tc.skew}, Clock: tc.clock}
 		c := newCluster(t, cfg)
+		measuredOffsets(t, c)
 		res, err := Run(context.Background(), c, Load{
 			Rate: rate, Duration: 3 * window, Start: nextBoundary(window), Seed: 11,
 			Limits: []ratelimiting.Limit{{Limit: limit, Window: window, Fixed: true}},
@@ -197,14 +206,18 @@ func TestClockSkew(t *testing.T) {
 		}
 		noErrors(t, res)
 		ws := res.PerWindow(window)
-		results[name] = res.MaxPerWindow(window)
-		t.Logf("%s: admitted per true %v window %v (limit %d)", name, window, admissions(ws), limit)
+		results[tc.name] = res.MaxPerWindow(window)
+		t.Logf("%s: admitted per true %v window %v (limit %d)", tc.name, window, admissions(ws), limit)
 	}
-	bound := limit + rate*(syncRate+d+skew).Seconds()
-	t.Logf("clock skew: max per window %d without skew, %d with one node 1.5s ahead; bound L+λ(T+skew) = %.1f",
-		results["no skew"], results["node 2 at +1.5s"], bound)
-	if got := results["node 2 at +1.5s"]; float64(got) > bound {
-		t.Fatalf("with skew: %d > %.1f", got, bound)
+	skewBound := limit + rate*(syncRate+d+skew).Seconds()
+	bound := limit + rate*(syncRate+d).Seconds()
+	t.Logf("clock skew: max per window %d without skew; with one node 1.5s ahead, %d on the node's clock (bound L+λ(T+skew) = %.1f), %d on the store's (bound L+λ(T+RTT) = %.1f)",
+		results[cases[0].name], results[cases[1].name], skewBound, results[cases[2].name], bound)
+	if got := results[cases[1].name]; float64(got) > skewBound {
+		t.Fatalf("with skew, node clock: %d > %.1f", got, skewBound)
+	}
+	if got := results[cases[2].name]; float64(got) > bound {
+		t.Fatalf("with skew, store clock: %d > %.1f", got, bound)
 	}
 }
 

@@ -64,6 +64,35 @@ type Config struct {
 	// store down"). 0: the instance's (ratelimiting.WithSyncTimeout), 1s
 	// by default.
 	Timeout time.Duration
+	// Clock is the time the namespace counts windows in. StoreClock (the
+	// default) is the node's clock plus its measured offset from the
+	// store's (when the Strategy is a strategy.Clock), so every node puts
+	// a hit in the same window whatever its own clock says; NodeClock is
+	// the node's clock alone (a node whose clock is ahead counts in windows
+	// the others have not reached). Local-only namespaces, and stores that
+	// do not tell time (strategy/memory), count on the node's clock either
+	// way.
+	Clock Clock
+}
+
+// Clock is the time a namespace counts its windows in (Config.Clock).
+type Clock uint8
+
+const (
+	StoreClock Clock = iota // the node's clock plus its measured offset from the store's (default)
+	NodeClock               // the node's clock alone
+)
+
+// String returns the clock's name as configuration files spell it: "store"
+// or "node".
+func (c Clock) String() string {
+	switch c {
+	case StoreClock:
+		return "store"
+	case NodeClock:
+		return "node"
+	}
+	return fmt.Sprintf("Clock(%d)", uint8(c))
 }
 
 // FieldError is a Config that Validate rejects: it names the field, the
@@ -126,6 +155,9 @@ func (c Config) Validate() error {
 		case s > MaxWindowSize:
 			bad(fmt.Sprintf("WindowSizes[%d]", i), fmt.Sprintf("window_sizes[%d]", i), s.String(), "must be at most 876000h (100 years)")
 		}
+	}
+	if c.Clock > NodeClock {
+		bad("Clock", "clock", c.Clock.String(), "must be StoreClock (store, the default) or NodeClock (node)")
 	}
 	c.validateNearLimit(bad)
 	return errors.Join(errs...)

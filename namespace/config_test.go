@@ -37,6 +37,7 @@ func TestValidate(t *testing.T) {
 		{"negative dict capacity", func(c *namespace.Config) { c.DictCapacity = -5 }, "DictCapacity", "-5", ">= 0"},
 		{"near limit on a synchronous namespace", func(c *namespace.Config) { c.SyncRate, c.NearLimit = 0, true }, "NearLimit", "true", "periodic sync rate (sync_rate, SyncRate > 0)"},
 		{"near limit without a checker", func(c *namespace.Config) { c.Strategy, c.NearLimit = plainStore{store}, true }, "NearLimit", "true", "strategy.Checker"},
+		{"unknown clock", func(c *namespace.Config) { c.Clock = 7 }, "Clock", "Clock(7)", "StoreClock (store, the default) or NodeClock (node)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,6 +63,8 @@ func TestValidate(t *testing.T) {
 		{WindowSizes: []time.Duration{time.Second}, SyncRate: namespace.Synchronous, Strategy: store},
 		{WindowSizes: []time.Duration{time.Minute, time.Second, time.Minute}, SyncRate: -1},
 		{WindowSizes: []time.Duration{time.Second}, SyncRate: time.Second, Strategy: store, NearLimit: true},
+		{WindowSizes: []time.Duration{time.Second}, SyncRate: time.Second, Strategy: store, Clock: namespace.NodeClock},
+		{WindowSizes: []time.Duration{time.Second}, SyncRate: namespace.LocalOnly, Clock: namespace.NodeClock},
 	}
 	for _, c := range valid {
 		if err := c.Validate(); err != nil {
@@ -94,5 +97,13 @@ func TestValidateReportsEveryField(t *testing.T) {
 	}
 	if got := strings.Join(keys, " "); got != "dict sync_rate dict_capacity window_sizes[0] window_sizes[2]" {
 		t.Errorf("fields = %s", got)
+	}
+}
+
+func TestClockString(t *testing.T) {
+	for c, want := range map[namespace.Clock]string{namespace.StoreClock: "store", namespace.NodeClock: "node", 9: "Clock(9)"} {
+		if got := c.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", uint8(c), got, want)
+		}
 	}
 }

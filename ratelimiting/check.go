@@ -159,7 +159,6 @@ func (in *Instance) check(ctx context.Context, name, key string, p plan, out []L
 	if len(p.limits) > stackLimits {
 		p.groups, p.idx = make([]group, 0, len(p.limits)), make([]ref, 0, len(p.limits))
 	}
-	p.now = in.now()
 	n, pp, err := in.prepare(&p, name)
 	if err != nil {
 		return false, 0, err
@@ -184,7 +183,6 @@ func (in *Instance) checkMore(ctx context.Context, name, key string, p plan, out
 	if len(p.limits) > stackLimits {
 		p.groups, p.idx = make([]group, 0, len(p.limits)), make([]ref, 0, len(p.limits))
 	}
-	p.now = in.now()
 	n, pp, err := in.prepare(&p, name)
 	if err != nil {
 		return false, 0, err
@@ -257,6 +255,7 @@ func (in *Instance) prepare(p *plan, name string) (*ns, parts, error) {
 	if err != nil {
 		return nil, parts{}, err
 	}
+	p.now = in.nowIn(n)
 	for i, l := range p.limits {
 		if err := validateLimit(i, &l, p.cost, p.penalty); err != nil {
 			return nil, parts{}, err

@@ -206,7 +206,7 @@ func (in *Instance) allowBucket(out *LimitState, name, key string, cost float64,
 	if err := n.bucketsAllowed(); err != nil {
 		return true, &InputError{Field: limitField(0, "algorithm"), Value: l.Algorithm.String(), Allowed: err.Error()}
 	}
-	now := in.now()
+	now := in.nowIn(n)
 	b := bgroup{t: n.bucketTable(uint8(l.Algorithm), l.Window, now), rate: l.Limit, burst: l.burst()}
 	allowed := false
 	if cost == 0 {

@@ -329,6 +329,7 @@ func (in *Instance) New(cfg namespace.Config) error {
 		n.syncer = syncer.New(in.syncConfig(n))
 	}
 	in.swap(cfg.Name, n)
+	in.setClock(n)
 	if n.syncer != nil {
 		n.syncer.Start()
 	}
@@ -417,6 +418,7 @@ func (in *Instance) Update(cfg namespace.Config) error {
 	}
 	defer in.mu.Unlock()
 	in.swap(cfg.Name, n)
+	in.setClock(n)
 	if n.syncer != nil {
 		n.syncer.Start()
 	}
@@ -495,14 +497,15 @@ func (in *Instance) layout(cfg namespace.Config, dict *shm.Dict) *ns {
 // syncConfig returns the configuration of n's syncer.
 func (in *Instance) syncConfig(n *ns) syncer.Config {
 	return syncer.Config{
-		Namespace: n.cfg.Name,
-		Node:      n.cfg.Name + "|" + in.node,
-		Rate:      n.cfg.SyncRate,
-		Strategy:  n.cfg.Strategy,
-		Series:    slices.Clone(n.series),
-		Buckets:   func() []*shm.Buckets { return n.dict.BucketTables(n.cfg.Name) },
-		Keyed:     func() []shm.PendingTable { return n.dict.PendingTables(n.cfg.Name) },
-		Now:       in.clock,
+		Namespace:  n.cfg.Name,
+		Node:       n.cfg.Name + "|" + in.node,
+		Rate:       n.cfg.SyncRate,
+		Strategy:   n.cfg.Strategy,
+		Series:     slices.Clone(n.series),
+		Buckets:    func() []*shm.Buckets { return n.dict.BucketTables(n.cfg.Name) },
+		Keyed:      func() []shm.PendingTable { return n.dict.PendingTables(n.cfg.Name) },
+		Now:        in.clock,
+		StoreClock: n.cfg.Clock == namespace.StoreClock,
 		// The back-off, the down state, the purge schedule and the times
 		// of Stats run on the instance's clock too, so a fake clock
 		// (WithClock) drives them.
@@ -696,5 +699,24 @@ func (in *Instance) Stats() []NamespaceStats {
 	return out
 }
 
-// now returns the instance clock in Unix milliseconds.
-func (in *Instance) now() int64 { return in.clock() }
+// nowIn returns the clock of namespace n in Unix milliseconds: the
+// instance's, plus the store's offset when n counts in store time (its
+// syncer's clock; see namespace.Config.Clock). One atomic load more than
+// the instance clock; no lock, no allocation.
+func (in *Instance) nowIn(n *ns) int64 {
+	if n.syncer != nil {
+		return n.syncer.Now()
+	}
+	return in.clock()
+}
+
+// setClock tells n's dict the clock its background sweep reads n's
+// windows, buckets and logs at: namespaces of one dict may count on
+// different clocks.
+func (in *Instance) setClock(n *ns) {
+	if n.syncer != nil {
+		n.dict.SetClock(n.cfg.Name, n.syncer.Now)
+		return
+	}
+	n.dict.SetClock(n.cfg.Name, in.clock)
+}

@@ -96,7 +96,7 @@ func (in *Instance) Increment(ctx context.Context, ns, key string, size time.Dur
 	if err != nil {
 		return Window{}, err
 	}
-	now := in.now()
+	now := in.nowIn(n)
 	w := sr.Current(now)
 	if n.syncer != nil && n.cfg.SyncRate == 0 {
 		t, err := n.syncer.Hit(ctx, w, key, value)
@@ -124,11 +124,11 @@ func (in *Instance) Increment(ctx context.Context, ns, key string, size time.Dur
 // SlidingWindow returns key's current window of size without changing
 // anything (Kong's sliding_window): it creates no counter.
 func (in *Instance) SlidingWindow(ctx context.Context, ns, key string, size time.Duration) (Window, error) {
-	_, sr, err := in.series(ns, size)
+	n, sr, err := in.series(ns, size)
 	if err != nil {
 		return Window{}, err
 	}
-	now := in.now()
+	now := in.nowIn(n)
 	start := sr.StartOf(now)
 	cur, prev := read(sr, key, now)
 	return makeWindow(time.UnixMilli(start), start, sr.Size(), now, cur, prev), nil

@@ -50,7 +50,9 @@ type Options struct {
 	MaxKeyBytes int
 	// Observe, when set, receives each limited descriptor's stats.
 	Observe func(Stats)
-	// Now is the clock of duration_until_reset; default time.Now.
+	// Now is the clock of duration_until_reset; by default the
+	// namespace's own (the window each hit was counted in, which may be
+	// the store's time: namespace.Config.Clock).
 	Now func() time.Time
 }
 
@@ -82,9 +84,6 @@ type Service struct {
 // NewService returns a Service over cfg. SetConfig replaces the
 // configuration while it serves.
 func NewService(in *ratelimiting.Instance, cfg *Config, o Options) *Service {
-	if o.Now == nil {
-		o.Now = time.Now
-	}
 	s := &Service{in: in, opts: o}
 	s.live.Store(&o)
 	s.SetConfig(cfg)
@@ -369,9 +368,22 @@ func (s *Service) count(ctx context.Context, d *descriptor, l *RateLimit) (verdi
 	v := verdict{limit: l, before: w.Current - float64(d.addend), after: w.Current}
 	v.over = v.after > limit
 	v.remaining = limit - v.after
-	sec := int64(size / time.Second)
-	v.reset = time.Duration(sec-s.opts.Now().Unix()%sec) * time.Second
+	v.reset = resetOf(w, s.opts.Now)
 	return v, nil
+}
+
+// resetOf returns upstream's duration_until_reset of w, a window of whole
+// seconds: the unit's seconds minus the whole seconds elapsed in it, as of
+// now, or (now nil) as of the instant the window was read at, on the
+// namespace's clock.
+func resetOf(w ratelimiting.Window, now func() time.Time) time.Duration {
+	sec := int64(w.Size / time.Second)
+	if now != nil {
+		return time.Duration(sec-now().Unix()%sec) * time.Second
+	}
+	size := w.Size.Milliseconds()
+	elapsed := size - int64(math.Round(w.Weight*float64(size))) // ms into the window
+	return time.Duration(sec-elapsed/1000) * time.Second
 }
 
 // stats returns what a decided descriptor adds to its rule's stats, with

@@ -145,12 +145,12 @@ func (d *Dict) BucketTables(ns string) []*Buckets {
 	return out
 }
 
-func (d *Dict) allBuckets() []*Buckets {
+func (d *Dict) allBuckets() []owned[*Buckets] {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]*Buckets, 0, len(d.buckets))
-	for _, t := range d.buckets {
-		out = append(out, t)
+	out := make([]owned[*Buckets], 0, len(d.buckets))
+	for k, t := range d.buckets {
+		out = append(out, owned[*Buckets]{k.namespace, t})
 	}
 	return out
 }

@@ -65,6 +65,7 @@ type Dict struct {
 	buckets map[bucketsKey]*Buckets
 	btabs   atomic.Pointer[map[bucketsKey]*Buckets] // a copy of buckets, read without mu
 	keyed   map[bucketsKey]keyedTable
+	clocks  map[string]func() int64 // each namespace's clock, for the sweep (SetClock)
 }
 
 type seriesKey struct {
@@ -135,10 +136,53 @@ func (d *Dict) Series(ns string, size time.Duration) *Series {
 	return s
 }
 
+// SetClock makes the dict's sweep read the windows, buckets and logs of
+// namespace ns at now() (Unix ms), rather than at the instant the caller
+// that started the sweep passed: namespaces of one dict may count on
+// different clocks (the node's, or the store's), and a window still
+// current on one clock may be over on another. A nil now forgets it.
+func (d *Dict) SetClock(ns string, now func() int64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if now == nil {
+		delete(d.clocks, ns)
+		return
+	}
+	if d.clocks == nil {
+		d.clocks = make(map[string]func() int64)
+	}
+	d.clocks[ns] = now
+}
+
+// clocksAt returns the instant of each namespace's clock, for one sweep:
+// now for a namespace without a clock of its own.
+func (d *Dict) clocksAt(now int64) func(ns string) int64 {
+	d.mu.Lock()
+	clocks := make(map[string]func() int64, len(d.clocks))
+	for ns, c := range d.clocks {
+		clocks[ns] = c
+	}
+	d.mu.Unlock()
+	at := make(map[string]int64, len(clocks))
+	return func(ns string) int64 {
+		c, ok := clocks[ns]
+		if !ok {
+			return now
+		}
+		t, ok := at[ns]
+		if !ok {
+			t = c()
+			at[ns] = t
+		}
+		return t
+	}
+}
+
 // RemoveNamespace drops every series of ns and their counters, and its
 // bucket and keyed tables.
 func (d *Dict) RemoveNamespace(ns string) {
 	d.mu.Lock()
+	delete(d.clocks, ns)
 	var gone []*Series
 	for k, s := range d.series {
 		if k.namespace == ns {
@@ -171,6 +215,12 @@ func (d *Dict) RemoveNamespace(ns string) {
 	for _, t := range goneK {
 		t.removeAll()
 	}
+}
+
+// owned is a table of a dict and the namespace it belongs to.
+type owned[T any] struct {
+	ns string
+	t  T
 }
 
 func (d *Dict) allSeries() []*Series {
@@ -221,20 +271,22 @@ func (d *Dict) startSweep(now int64) {
 // sweep drops expired windows and, when the dict is above its low mark,
 // evicts cold counters that hold no unpushed diff (lowest counts first, older
 // windows first) down to it. It returns the number of counters removed. now
-// is the clock in Unix milliseconds. A sweep of a closed dict stops early.
+// is the clock in Unix milliseconds, of the namespaces without one of their
+// own (SetClock). A sweep of a closed dict stops early.
 func (d *Dict) sweep(now int64) int {
 	d.sweepMu.Lock()
 	defer d.sweepMu.Unlock()
+	at := d.clocksAt(now)
 	series := d.allSeries()
 	removed := 0
 	for _, s := range series {
-		removed += s.Expire(now)
+		removed += s.Expire(at(s.namespace))
 	}
 	for _, t := range d.allBuckets() {
-		removed += t.Expire(now)
+		removed += t.t.Expire(at(t.ns))
 	}
 	for _, t := range d.allKeyed() {
-		removed += t.Expire(now)
+		removed += t.t.Expire(at(t.ns))
 	}
 	need := d.entries.Load() - int64(lowMark*float64(d.capacity.Load()))
 	if need <= 0 {

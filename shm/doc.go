@@ -28,7 +28,9 @@
 //
 // Expiry: a window expires once it can no longer affect any rate, that is
 // when it is older than the previous window of its size, and is dropped whole
-// once no listed diff of it is waiting for the syncer.
+// once no listed diff of it is waiting for the syncer. Time is the caller's:
+// namespaces of one dict may count on different clocks, and the sweep reads
+// each at its own (Dict.SetClock).
 //
 // Capacity: a dict holds at most Capacity counters. Above 90% of it a
 // background sweep (one goroutine at a time, which Dict.Close stops and

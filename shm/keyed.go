@@ -113,12 +113,12 @@ func (d *Dict) PendingTables(ns string) []PendingTable {
 	return out
 }
 
-func (d *Dict) allKeyed() []keyedTable {
+func (d *Dict) allKeyed() []owned[keyedTable] {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]keyedTable, 0, len(d.keyed))
-	for _, t := range d.keyed {
-		out = append(out, t)
+	out := make([]owned[keyedTable], 0, len(d.keyed))
+	for k, t := range d.keyed {
+		out = append(out, owned[keyedTable]{k.namespace, t})
 	}
 	return out
 }

@@ -108,11 +108,29 @@ func (s *Series) StartOf(now int64) int64 { return floorDiv(now, s.size) * s.siz
 
 // Current returns the window holding the instant now, creating it when needed.
 func (s *Series) Current(now int64) *Window {
-	if w := s.cur.Load(); w != nil && now >= w.start && now-w.start < s.size {
+	w := s.cur.Load()
+	if w == nil {
+		return s.Window(s.StartOf(now), true, now)
+	}
+	if now >= w.start && now-w.start < s.size {
 		return w // no division on the hot path
+	}
+	// A clock that went back (a namespace clock stepped back to its
+	// store's time) reads a window the newest one links back to: found
+	// without the lock, until the clock is back in the newest window.
+	for p, i := w.prev.Load(), 0; p != nil && i < backLinks && now < p.start+s.size; p, i = p.prev.Load(), i+1 {
+		if p.count.Load()&retiredBit != 0 {
+			break // expired: Window knows whether the series holds another
+		}
+		if now >= p.start {
+			return p
+		}
 	}
 	return s.Window(s.StartOf(now), true, now)
 }
+
+// backLinks bounds how many windows back Current follows without the lock.
+const backLinks = 4
 
 // Window returns the window that starts at start, creating it when create is
 // true; nil when it is not held and not created. now is the caller's clock.

@@ -1,8 +1,9 @@
 // Package strategy is the contract between a node's syncer and a central
 // store of counters, Kong's strategy interface in Go: push diffs, get
 // counters, get a window, purge. It holds the interface, its value types and
-// the optional interfaces a store may add; the stores themselves live in
-// strategy/memory, strategy/redis and strategy/postgres.
+// the optional interfaces a store may add (PushCounter, Checker,
+// BucketStore, Clock); the stores themselves live in strategy/memory,
+// strategy/redis and strategy/postgres.
 //
 // Counting model. A counter is identified by (namespace, key, window start,
 // window size). Window starts are aligned to the Unix epoch
@@ -136,6 +137,24 @@ type PushCounter interface {
 	// (b.Node, b.Seq) was already applied, it applies nothing and returns the
 	// current totals.
 	PushAndCount(ctx context.Context, b Batch) ([]Totals, error)
+}
+
+// Clock is implemented by strategies that tell their own time: the common
+// reference of a cluster's windows. Nodes' clocks differ (a node 1.5 s ahead
+// would count in windows the others have not reached); the store's is one.
+// The syncer measures each node's offset from it, NTP-style (Time's answer
+// minus the node's clock halfway through the call, the estimate kept from
+// the samples with the shortest round trips), and a namespace counts its
+// windows in the node's clock plus that offset (namespace.StoreClock). A
+// store kept in the node's own process (strategy/memory) has no reason to
+// implement it: its time is the node's.
+type Clock interface {
+	// Time returns the store's current time as the store reads it (Redis
+	// TIME, PostgreSQL clock_timestamp()): one small round trip. Called by
+	// the syncer once per sync in periodic mode, about once a second while
+	// synchronous calls flow, and when its background work starts. It may
+	// block on I/O and must return promptly once ctx is done.
+	Time(ctx context.Context) (time.Time, error)
 }
 
 // WindowStart returns the start of the window of the given size that holds

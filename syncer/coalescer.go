@@ -158,6 +158,7 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 	purge := time.NewTicker(time.Minute)
 	defer purge.Stop()
 	detached := context.WithoutCancel(ctx) // the turns' store calls: see turn
+	s.measureIfDue(ctx)                    // offset.go: the namespace clock before the first hits
 	for {
 		select {
 		case <-stop:
@@ -173,6 +174,7 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 			continue
 		}
 		s.serve(ctx, detached)
+		s.measureIfDue(ctx) // offset.go
 		if s.isDown() {
 			retry.Reset(max(s.retryIn(), time.Millisecond))
 		}

@@ -41,7 +41,9 @@
 //   - check.go: checks decided in the store (strategy.Checker), from the
 //     worker or, in periodic mode, for near-limit keys;
 //   - stats.go: Stats and Report, written in one place;
-//   - clock.go: the one source of time.
+//   - clock.go: the one source of time;
+//   - offset.go: the node's offset from the store's clock (strategy.Clock),
+//     its estimate and the namespace clock it adjusts.
 //
 // # Locks
 //
@@ -49,8 +51,8 @@
 //
 //	loop.mu -> lane.mu -> confMu
 //
-// and queue.mu and stats.mu are leaves, taken with any of those held or
-// none, and never held while taking another lock.
+// and queue.mu, stats.mu and offset.mu are leaves, taken with any of those
+// held or none, and never held while taking another lock.
 //
 // loop.mu guards starting and stopping the background goroutine; halt holds
 // it while waiting for that goroutine, which may wait for lane.mu. lane.mu
@@ -70,13 +72,34 @@
 //
 // # Time
 //
-// Every time the syncer reads comes from its Config: Now (the namespace
-// clock, Unix milliseconds) for window arithmetic and LastFetch, and Clock
-// (full resolution) for the back-off and down state, the purge schedule,
+// Every time the syncer reads comes from its Config: Now (the node's clock,
+// Unix milliseconds) adjusted by the store's offset for window arithmetic
+// and LastFetch (the namespace clock, Syncer.Now), and Clock (the node's,
+// full resolution) for the back-off and down state, the purge schedule,
 // Stats' times, and the durations of exchanges (Report.Duration, and the
 // RTT averaged from them). Timers only wait: every decision compares
 // against the clock, so a fake Clock drives the back-off, the down state
 // and the times readiness checks read.
+//
+// The store's clock. When the strategy tells time (strategy.Clock), the
+// syncer measures the node's offset from it: offset = the store's time
+// minus Clock halfway through the call. It measures when its background
+// work starts (before the first sync or hit), in each sync (periodic mode;
+// in an idle sync that call is also the probe that tells whether the store
+// answers), and in synchronous mode between the worker's turns, at most
+// once a second while calls flow and at once after the store was down. The
+// estimate is the offset of the sample with the shortest round trip among
+// the last 8, so that one slow reply does not move it; a sample that cannot
+// agree with it within their round trips (a clock was stepped, the store
+// failed over to another server) replaces the older ones. With
+// Config.StoreClock the namespace clock is Now plus the estimate, whole
+// milliseconds, read with one atomic load. Before the first measurement
+// (and when the store does not tell time) the offset is 0. A change of the
+// estimate never moves the namespace clock back by up to 100 ms: it holds
+// still until Now catches up, so no hit goes back to a window this node
+// has left; a change back by more (the first measurement of a clock far
+// ahead) steps at once. Offsets beyond ClockOffsetWarn are logged, once
+// each way; Stats carry the estimate.
 //
 // The syncer knows shm and strategy, nothing of limits or configuration
 // files.

@@ -70,6 +70,9 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	unwatch := s.watch(op)
 	defer unwatch()
 	m0 := time.Now()
+	if s.measureOffset(ctx) { // offset.go: the store's clock, before this sync's windows
+		s.lane.calls++ // and the store answers: no probe needed below
+	}
 	pushed, late, err := s.pushLocked(ctx)
 	fetched := 0
 	if err == nil {

@@ -71,6 +71,7 @@ func (s *Syncer) halt() {
 // overlap or pile up.
 func (s *Syncer) periodic(ctx context.Context, stop <-chan struct{}, done chan<- struct{}, rate time.Duration) {
 	defer close(done)
+	s.measureOffset(ctx)             // offset.go: the namespace clock before the first sync
 	t := time.NewTimer(rand.N(rate)) // stagger: nodes do not sync in lockstep
 	defer t.Stop()
 	nextPurge := s.nextPurge()

@@ -36,6 +36,11 @@ type Stats struct {
 	FetchErrors   uint64
 	LateDropped   uint64 // diffs dropped because their window was over
 	LocalHits     uint64 // synchronous hits counted locally while the store failed
+
+	// The store's clock (offset.go): its time minus the node's, as last
+	// estimated; 0 until measured, and for stores that do not tell time.
+	ClockOffset   time.Duration
+	ClockMeasured bool // the store tells time (strategy.Clock) and ClockOffset was measured
 }
 
 // stats holds what Stats reports. This file is the only writer of it.
@@ -133,6 +138,7 @@ func (s *Syncer) Stats() Stats {
 	st.LocalHits = s.stats.local.Load()
 	st.InFlight, st.InFlightDiffs = int(s.lane.nBatches.Load()), int(s.lane.nDiffs.Load())
 	st.InDoubt = int(s.lane.nDoubts.Load())
+	st.ClockOffset, st.ClockMeasured = s.clockStats()
 	for _, sr := range s.conf.Load().Series {
 		st.Dirty += sr.Dirty()
 	}

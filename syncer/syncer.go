@@ -35,8 +35,14 @@ type Config struct {
 	Series    []*shm.Series             // one per window size of the namespace
 	Buckets   func() []*shm.Buckets     // the namespace's bucket tables now; may be nil
 	Keyed     func() []shm.PendingTable // the namespace's anchored windows and logs now; may be nil
-	Now       func() int64              // namespace clock, Unix milliseconds: window arithmetic
+	Now       func() int64              // the node's clock, Unix milliseconds; window arithmetic reads it through Syncer.Now
 	Seq       *atomic.Uint64            // node-wide batch numbering, shared by all namespaces
+
+	// StoreClock makes the namespace clock (Syncer.Now: window arithmetic)
+	// Now plus the node's offset from the store's clock, measured when the
+	// Strategy is a strategy.Clock; false counts on Now alone. The offset
+	// is measured either way, for Stats and the logs.
+	StoreClock bool
 
 	// Clock is the time of the syncer's decisions at full resolution:
 	// back-off and down state, purge schedule, Stats' times, durations. Now
@@ -99,13 +105,15 @@ type Syncer struct {
 	loop   loop   // periodic.go
 	queue  queue  // coalescer.go
 	stats  stats  // stats.go
+	offset offset // offset.go
 
 	lastFetch atomic.Int64 // namespace clock, ms: when the last fetch succeeded
 }
 
 // New returns a syncer; Start starts its background work.
 func New(cfg Config) *Syncer {
-	s := &Syncer{clock: newClock(cfg)}
+	s := &Syncer{}
+	s.clock = newClock(cfg, &s.offset)
 	s.lane.mu = make(laneLock, 1)
 	s.queue.signal = make(chan struct{}, 1)
 	s.conf.Store(newConf(cfg, nil))
@@ -133,6 +141,7 @@ func (s *Syncer) Reconfigure(cfg Config) {
 	}
 	c := newConf(cfg, retired)
 	s.conf.Store(c)
+	s.reconfigureOffset(c)
 	// Every pushed series is pinned exactly while batches are in flight:
 	// new series, and ones added back after pruneRetired dropped them, take
 	// the lane's state (setPinned changes it under confMu).

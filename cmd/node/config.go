@@ -46,6 +46,12 @@ const (
 // DefaultWindowSizes are the window sizes of a namespace that names none.
 var DefaultWindowSizes = []Duration{Duration(time.Second), Duration(time.Minute), Duration(time.Hour)}
 
+// Clocks a namespace may count its windows in (clock).
+const (
+	ClockStore = "store" // the node's clock plus its measured offset from the store's: every node counts in the same windows
+	ClockNode  = "node"  // the node's own clock
+)
+
 // Strategies a namespace may use.
 const (
 	StrategyLocal    = "local"    // no store: this node counts alone
@@ -135,6 +141,7 @@ type NamespaceConfig struct {
 	DictCapacity int              `json:"dict_capacity" yaml:"dict_capacity"`                           // counters the dict holds; default 1,000,000
 	NearLimit    bool             `json:"near_limit" yaml:"near_limit"`                                 // periodic: decide in the store near a limit; default false
 	Timeout      Duration         `json:"timeout,omitempty" yaml:"timeout"`                             // call timeout: a request's longest wait for the store; default 1s with a store
+	Clock        string           `json:"clock" yaml:"clock" oneof:"store node"`                        // windows in the store's time (store, default with a store) or the node's (node; local namespaces)
 	Redis        *RedisOptions    `json:"redis,omitempty" yaml:"redis"`                                 // strategy redis only
 	Postgres     *PostgresOptions `json:"postgres,omitempty" yaml:"postgres"`                           // strategy postgres only
 	urlFrom      string           // "file" or the environment variable
@@ -261,6 +268,7 @@ type RLSConfig struct {
 	Strategy        string           `json:"strategy" yaml:"strategy" oneof:"local memory redis postgres"` // local (default), memory, redis, postgres
 	URL             string           `json:"url,omitempty" yaml:"url"`                                     // store URL; default from the environment
 	SyncRate        Duration         `json:"sync_rate" yaml:"sync_rate"`                                   // > 0 periodic, 0 synchronous (upstream's answers); default 1s
+	Clock           string           `json:"clock" yaml:"clock" oneof:"store node"`                        // as a namespace's: store (default with a store) or node
 	Dict            string           `json:"dict" yaml:"dict"`                                             // shm dict; default "default"
 	DictCapacity    int              `json:"dict_capacity" yaml:"dict_capacity"`                           // default 1,000,000
 	Timeout         Duration         `json:"timeout,omitempty" yaml:"timeout"`                             // call timeout: a request's longest wait for the store; default 1s with a store

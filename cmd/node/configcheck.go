@@ -77,14 +77,14 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 func (r *RLSConfig) applyDefaults(getenv func(string) string, set func(path string) bool) NamespaceConfig {
 	r.Listen = cmp.Or(r.Listen, DefaultRLSListen)
 	ns := NamespaceConfig{
-		Name: RLSNamespace, Strategy: r.Strategy, URL: r.URL, SyncRate: r.SyncRate,
+		Name: RLSNamespace, Strategy: r.Strategy, URL: r.URL, SyncRate: r.SyncRate, Clock: r.Clock,
 		Dict: r.Dict, DictCapacity: r.DictCapacity, Timeout: r.Timeout, Redis: r.Redis, Postgres: r.Postgres,
 	}
 	for _, d := range rls.Units() {
 		ns.WindowSizes = append(ns.WindowSizes, Duration(d))
 	}
 	ns.applyDefaults(getenv, func(field string) bool { return set("rls." + field) })
-	r.Strategy, r.URL, r.SyncRate, r.Dict, r.Redis, r.Postgres = ns.Strategy, ns.URL, ns.SyncRate, ns.Dict, ns.Redis, ns.Postgres
+	r.Strategy, r.URL, r.SyncRate, r.Clock, r.Dict, r.Redis, r.Postgres = ns.Strategy, ns.URL, ns.SyncRate, ns.Clock, ns.Dict, ns.Redis, ns.Postgres
 	return ns
 }
 
@@ -128,6 +128,12 @@ func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(fi
 		ns.WindowSizes = slices.Clone(DefaultWindowSizes)
 	}
 	ns.Dict = cmp.Or(ns.Dict, namespace.DefaultDict)
+	if ns.Clock == "" {
+		ns.Clock = ClockStore
+		if ns.Strategy == StrategyLocal {
+			ns.Clock = ClockNode // no store to take the time of
+		}
+	}
 	env := map[string]string{StrategyRedis: EnvRedisURL, StrategyPostgres: EnvPostgresURL}[ns.Strategy]
 	switch {
 	case ns.URL != "":
@@ -406,6 +412,9 @@ func (s *source) checkStrategy(path string, ns *NamespaceConfig) {
 	case s.set(field("timeout")) && (ns.Timeout < Duration(time.Millisecond) || ns.Timeout > Duration(time.Minute)):
 		s.bad(field("timeout"), "", "must be from 1ms to 1m, like 500ms or 1s")
 	}
+	if ns.Strategy == StrategyLocal && ns.Clock == ClockStore && s.set(field("clock")) {
+		s.bad(field("clock"), ClockStore, "only with strategy memory, redis or postgres (a local namespace has no store to take the time of: it counts on the node's clock)")
+	}
 	if ns.urlFrom == "file" && ns.Strategy != StrategyRedis && ns.Strategy != StrategyPostgres {
 		s.report(field("url"), "only with strategy redis or postgres")
 	}
@@ -427,6 +436,9 @@ func (ns *NamespaceConfig) namespaceConfig(st strategy.Strategy) namespace.Confi
 		DictCapacity: ns.DictCapacity,
 		NearLimit:    ns.NearLimit,
 		Timeout:      time.Duration(ns.Timeout),
+	}
+	if ns.Clock == ClockNode {
+		nc.Clock = namespace.NodeClock
 	}
 	for _, d := range ns.WindowSizes {
 		nc.WindowSizes = append(nc.WindowSizes, time.Duration(d))

@@ -77,7 +77,7 @@ nodes: {}
 namespaces:
   - name: api
     sync: 1s
-`, `4: namespaces[0].sync: unknown field (known: dict, dict_capacity, name, near_limit, postgres, redis, strategy, sync_rate, timeout, url, window_sizes)`},
+`, `4: namespaces[0].sync: unknown field (known: clock, dict, dict_capacity, name, near_limit, postgres, redis, strategy, sync_rate, timeout, url, window_sizes)`},
 		{"unknown field in redis options", `
 namespaces:
   - name: api

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratesync/ratesync/middleware"
 	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy"
 )
 
 // metrics are the node's Prometheus metrics, in a registry of their own.
@@ -125,7 +126,8 @@ var (
 	descEvictions     = prometheus.NewDesc("ratesync_dict_evictions_total", "Counters evicted to make room.", dictLabel, nil)
 	descOverflows     = prometheus.NewDesc("ratesync_dict_overflows_total", "Counters not created because the dict was full (the hit was answered as if the key had no history).", dictLabel, nil)
 	descExpired       = prometheus.NewDesc("ratesync_dict_expired_total", "Counters dropped with their expired window.", dictLabel, nil)
-	allDescs          = []*prometheus.Desc{descPushes, descPushErrors, descFetchErrors, descInFlight, descInFlightDiffs, descPending, descLate, descLocalHits, descStoreUp, descLastGood, descEntries, descCapacity, descEvictions, descOverflows, descExpired}
+	descClockOffset   = prometheus.NewDesc("ratesync_clock_offset_seconds", "The store's clock minus this node's, as last measured (namespaces whose store tells time, once measured; 0 for an in-process store).", nsLabel, nil)
+	allDescs          = []*prometheus.Desc{descPushes, descPushErrors, descFetchErrors, descInFlight, descInFlightDiffs, descPending, descLate, descLocalHits, descStoreUp, descLastGood, descEntries, descCapacity, descEvictions, descOverflows, descExpired, descClockOffset}
 )
 
 // Describe sends every descriptor.
@@ -167,6 +169,9 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descStoreUp, prometheus.GaugeValue, up, ns)
 		if !s.LastGood.IsZero() {
 			ch <- prometheus.MustNewConstMetric(descLastGood, prometheus.GaugeValue, float64(s.LastGood.UnixNano())/1e9, ns)
+		}
+		if _, tells := st.Config.Strategy.(strategy.Clock); s.ClockMeasured || !tells {
+			ch <- prometheus.MustNewConstMetric(descClockOffset, prometheus.GaugeValue, s.ClockOffset.Seconds(), ns)
 		}
 	}
 }

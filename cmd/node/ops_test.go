@@ -235,6 +235,7 @@ func TestMetrics(t *testing.T) {
 		`ratesync_diffs_pending{namespace="shared"} 0`,
 		`ratesync_late_diffs_dropped_total{namespace="shared"} 0`,
 		`ratesync_store_up{namespace="shared"} 1`,
+		`ratesync_clock_offset_seconds{namespace="shared"} 0`, // an in-process store: its clock is the node's
 		`ratesync_dict_entries{dict="default"}`,
 		`ratesync_dict_evictions_total{dict="default"} 0`,
 		`ratesync_dict_overflows_total{dict="default"} 0`,

@@ -225,7 +225,7 @@ policies:
 func TestReloadUpdatesNamespaceKeepingCounts(t *testing.T) {
 	r := testenv.NewRedis(t)
 	env := map[string]string{EnvRedisURL: r.URL}
-	clock := newTestClock(time.Now())
+	clock := newTestClock(time.Now()) // frozen; the namespace counts on it (clock: node)
 	cfg := func(rate, sizes string) string {
 		return fmt.Sprintf(`
 namespaces:
@@ -233,6 +233,7 @@ namespaces:
     strategy: redis
     sync_rate: %s
     window_sizes: %s
+    clock: node
     redis: {prefix: %s}
   - name: loc
     window_sizes: %s

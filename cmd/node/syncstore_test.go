@@ -31,6 +31,7 @@ namespaces:
     %s
     sync_rate: 0
     window_sizes: [1s, 1m]
+    clock: node
 policies:
   - name: login
     namespace: shared
@@ -40,7 +41,7 @@ policies:
     limits: [{limit: 2, window: 1m, type: sliding_log}]
 `, name, stores[name](t))
 			// A clock of whole seconds near the stores' own, which their
-			// expiry follows.
+			// expiry follows; the namespace counts on it (clock: node).
 			clk := newTestClock(time.Now().Truncate(time.Second).Add(time.Second))
 			a := newTestNode(t, yaml, nil, clk.option())
 			b := newTestNode(t, yaml, nil, clk.option())

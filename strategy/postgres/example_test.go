@@ -40,11 +40,12 @@ func ExampleNew() {
 	}
 
 	// A synchronous namespace: every hit reaches the store at once.
-	// The clock is fixed so that the three hits share a window.
+	// The clock is fixed so that the three hits share a window, and the
+	// namespace counts on it (NodeClock) rather than on the server's.
 	now := time.Date(2030, 1, 1, 12, 30, 0, 0, time.UTC)
 	in := ratelimiting.NewInstance("example", ratelimiting.WithClock(func() time.Time { return now }))
 	defer in.Close(ctx)
-	if err := in.New(namespace.Config{Name: "api", SyncRate: namespace.Synchronous, Strategy: store, WindowSizes: []time.Duration{time.Hour}}); err != nil {
+	if err := in.New(namespace.Config{Name: "api", SyncRate: namespace.Synchronous, Strategy: store, WindowSizes: []time.Duration{time.Hour}, Clock: namespace.NodeClock}); err != nil {
 		fmt.Println(err)
 		return
 	}

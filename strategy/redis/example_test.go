@@ -38,9 +38,11 @@ func ExampleNew() {
 	n, _ := store.GetWindow(ctx, "api", "user:42", start, time.Minute)
 	fmt.Println("store:", n)
 
+	// The node's clock is fixed in the window above; the namespace counts
+	// on it (NodeClock) rather than on the server's.
 	in := ratelimiting.NewInstance("example", ratelimiting.WithClock(func() time.Time { return start.Add(time.Second) }))
 	defer in.Close(ctx)
-	err = in.New(namespace.Config{Name: "api", SyncRate: 100 * time.Millisecond, Strategy: store, WindowSizes: []time.Duration{time.Minute}})
+	err = in.New(namespace.Config{Name: "api", SyncRate: 100 * time.Millisecond, Strategy: store, WindowSizes: []time.Duration{time.Minute}, Clock: namespace.NodeClock})
 	if err != nil {
 		panic(err)
 	}

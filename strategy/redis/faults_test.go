@@ -177,7 +177,8 @@ func TestLostCheckReplyRetryGetsTheDecisionsMadeThen(t *testing.T) {
 }
 
 // node is a ratelimiting instance for the fault tests: a fixed clock (one
-// window for the whole test), short timeouts, no logs.
+// window for the whole test; their namespaces count on it, NodeClock),
+// short timeouts, no logs.
 func node(t *testing.T, id string, now time.Time) *ratelimiting.Instance {
 	t.Helper()
 	in := ratelimiting.NewInstance(id,
@@ -216,7 +217,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	s := storeOn(t, r.Client(t), r.Prefix, redis.Config{Timeout: time.Second})
 	now := time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC)
 	start := strategy.WindowStart(now, time.Minute)
-	cfg := namespace.Config{Name: "api", SyncRate: 100 * time.Millisecond, Strategy: s, WindowSizes: []time.Duration{time.Minute}}
+	cfg := namespace.Config{Name: "api", SyncRate: 100 * time.Millisecond, Strategy: s, WindowSizes: []time.Duration{time.Minute}, Clock: namespace.NodeClock}
 	a, b := node(t, "a", now), node(t, "b", now)
 	for _, in := range []*ratelimiting.Instance{a, b} {
 		if err := in.New(cfg); err != nil {
@@ -304,7 +305,7 @@ func TestOutageMidTraffic(t *testing.T) {
 			s := storeOn(t, c, r.Prefix, redis.Config{Timeout: time.Second})
 			now := time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC)
 			in := node(t, "n", now)
-			if err := in.New(namespace.Config{Name: "api", SyncRate: 100 * time.Millisecond, Strategy: s, WindowSizes: []time.Duration{time.Minute}}); err != nil {
+			if err := in.New(namespace.Config{Name: "api", SyncRate: 100 * time.Millisecond, Strategy: s, WindowSizes: []time.Duration{time.Minute}, Clock: namespace.NodeClock}); err != nil {
 				t.Fatal(err)
 			}
 
@@ -399,7 +400,7 @@ func TestOutageMidTraffic(t *testing.T) {
 func TestSynchronousNamespaces(t *testing.T) {
 	s, _ := newStore(t, redis.Config{})
 	now := time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC)
-	cfg := namespace.Config{Name: "api", SyncRate: namespace.Synchronous, Strategy: s, WindowSizes: []time.Duration{time.Minute}}
+	cfg := namespace.Config{Name: "api", SyncRate: namespace.Synchronous, Strategy: s, WindowSizes: []time.Duration{time.Minute}, Clock: namespace.NodeClock}
 	a, b := node(t, "a", now), node(t, "b", now)
 	for _, in := range []*ratelimiting.Instance{a, b} {
 		if err := in.New(cfg); err != nil {
