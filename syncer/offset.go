@@ -189,6 +189,7 @@ func (s *Syncer) measureOffset(ctx context.Context) bool {
 		return true // answered, but the store may have been replaced since
 	}
 	o.measured, o.known = o.est.add(smp), true
+	o.tried, o.downSeen = t1, false // a sync's or a probe's measurement counts for measureIfDue
 	o.apply(s.clock.node())
 	crossed, m, enabled := o.cross()
 	o.mu.Unlock()
