@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy/memory"
 )
 
 func heapAlloc() float64 {
@@ -25,16 +27,50 @@ func heapAlloc() float64 {
 // 20-byte keys in one window size, after GC, beside a plain
 // map[string]int64 that owns copies of the same keys (B/counter-map).
 func BenchmarkMemoryPerCounter(b *testing.B) {
-	memoryPerKey(b, "counter", 1_000_000, 1, func(in *ratelimiting.Instance, key string) error {
+	memoryPerKey(b, "counter", 1_000_000, 1, localMem, func(in *ratelimiting.Instance, key string) error {
 		_, err := in.Increment(context.Background(), "ns", key, time.Minute, 1)
 		return err
 	})
 }
 
+// MemoryPerDirtyCounter measures the heap one counter costs when it holds
+// hits not yet pushed to the store, the same way: the namespace syncs
+// periodically, and its first sync is not due before the measurement ends,
+// so every one of the 1,000,000 counters waits for the syncer.
+func BenchmarkMemoryPerDirtyCounter(b *testing.B) {
+	memoryPerKey(b, "dirty-counter", 1_000_000, 1, dirtyMem, func(in *ratelimiting.Instance, key string) error {
+		_, err := in.Increment(context.Background(), "ns", key, time.Minute, 1)
+		return err
+	})
+}
+
+// memSetup is a namespace of a memory benchmark: its configuration, and a
+// check of the instance after the keys are hit.
+type memSetup struct {
+	config func() namespace.Config
+	check  func(in *ratelimiting.Instance, n int) error
+}
+
+// localMem is a local-only namespace.
+var localMem = memSetup{config: func() namespace.Config { return local("ns", time.Minute) }}
+
+// dirtyMem is a namespace that syncs every 1,000 hours to a memory store:
+// its first sync (at a random instant of the first period) is not due for
+// a long while, so every counter hit holds a diff the syncer has not taken.
+var dirtyMem = memSetup{
+	config: func() namespace.Config { return synced("ns", 1000*time.Hour, memory.New(), time.Minute) },
+	check: func(in *ratelimiting.Instance, n int) error {
+		if got := in.Stats()[0].Sync.Dirty; got != n {
+			return fmt.Errorf("%d counters listed with a diff to push, want %d", got, n)
+		}
+		return nil
+	},
+}
+
 // MemoryPerBucket measures the heap one token bucket costs, the same way.
 func BenchmarkMemoryPerBucket(b *testing.B) {
 	l := ratelimiting.Limit{Limit: 10, Window: time.Second, Algorithm: ratelimiting.TokenBucket}
-	memoryPerKey(b, "bucket", 1_000_000, 1, func(in *ratelimiting.Instance, key string) error {
+	memoryPerKey(b, "bucket", 1_000_000, 1, localMem, func(in *ratelimiting.Instance, key string) error {
 		_, err := in.AllowOne(context.Background(), "ns", key, 1, l)
 		return err
 	})
@@ -55,23 +91,23 @@ func BenchmarkMemoryPerLog(b *testing.B) {
 		}
 		return err
 	}
-	b.Run("full", func(b *testing.B) { memoryPerKey(b, "log", 100_000, 100, hit) })
-	b.Run("steady", func(b *testing.B) { memoryPerKey(b, "log", 100_000, 200, hit) })
+	b.Run("full", func(b *testing.B) { memoryPerKey(b, "log", 100_000, 100, localMem, hit) })
+	b.Run("steady", func(b *testing.B) { memoryPerKey(b, "log", 100_000, 200, localMem, hit) })
 }
 
 // memoryPerKey reports the heap per key (B/<what>) that rounds calls of hit
-// on each of n 20-byte keys leave on a local namespace, after GC, beside a
+// on each of n 20-byte keys leave on the namespace of setup, after GC, beside a
 // map[string]int64 owning copies of the keys (B/<what>-map, x-map). Each
 // round hits every key once; the clock moves 1 ms between rounds.
-func memoryPerKey(b *testing.B, what string, n, rounds int, hit func(in *ratelimiting.Instance, key string) error) {
+func memoryPerKey(b *testing.B, what string, n, rounds int, setup memSetup, hit func(in *ratelimiting.Instance, key string) error) {
 	keys := benchKeys(n)
 	clk := newClock(t0)
 	ctx := context.Background()
 	var per, perMap float64
 	for b.Loop() {
+		cfg := setup.config()
 		before := heapAlloc()
 		in := ratelimiting.NewInstance("mem", ratelimiting.WithClock(clk.Now), quiet)
-		cfg := local("ns", time.Minute)
 		cfg.DictCapacity = 2 * n
 		if err := in.New(cfg); err != nil {
 			b.Fatal(err)
@@ -87,6 +123,11 @@ func memoryPerKey(b *testing.B, what string, n, rounds int, hit func(in *ratelim
 		per = (heapAlloc() - before) / float64(n)
 		if got := in.Stats()[0].Dict.Entries; got != n {
 			b.Fatalf("%d entries, want %d", got, n)
+		}
+		if setup.check != nil {
+			if err := setup.check(in, n); err != nil {
+				b.Fatal(err)
+			}
 		}
 		in.Close(ctx)
 		in = nil
