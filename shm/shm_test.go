@@ -286,7 +286,9 @@ func TestSweepNeverEvictsUnpushedDiffs(t *testing.T) {
 }
 
 // Eviction races increments; every increment is either taken by the syncer
-// or still in a live counter at the end.
+// or still in a live counter at the end. The workers go on until the
+// sweeper has evicted beside them, however the goroutines are scheduled
+// (up to a bound, past which the test fails).
 func TestEvictionNeverLosesAConcurrentIncrement(t *testing.T) {
 	d, s := newSeries(t, 64, false)
 	var adds, taken atomic.Int64
@@ -295,7 +297,7 @@ func TestEvictionNeverLosesAConcurrentIncrement(t *testing.T) {
 	for g := range 4 {
 		workers.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(g), 1))
-			for range 30000 {
+			for i := 0; i < 30000 || d.Stats().Evictions < 20 && i < 3_000_000; i++ {
 				w := s.Current(t0)
 				if c, _ := w.Add(fmt.Sprint(r.IntN(200)), 1, t0); c != nil {
 					adds.Add(1)
