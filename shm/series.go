@@ -12,6 +12,12 @@ import (
 // wait for one another's listing.
 const dirtyShards = 8
 
+// keepDirty: Take gives a dirty list's arrays back for the next period's
+// counters when they hold at most this many (8 KiB), so that listing
+// allocates nothing in a steady state; longer ones are left to the garbage
+// collector rather than held at the size of a past burst.
+const keepDirty = 1024
+
 // dirtyRun is the listed counters of one window: a pointer each, as a
 // counter holds its key.
 type dirtyRun struct {
@@ -21,7 +27,8 @@ type dirtyRun struct {
 
 // dirtyShard is one dirty list: a run per window that has listed counters
 // (one or two, the current window and the previous one, unless precision
-// windows or late adds make more).
+// windows or late adds make more). Past len(runs), the runs' arrays that
+// Take gave back wait, emptied, for the next windows listed.
 type dirtyShard struct {
 	mu   sync.Mutex
 	runs []dirtyRun
@@ -233,7 +240,12 @@ func (s *Series) list(w *Window, c *Counter) {
 	}
 	if i < 0 {
 		i = len(sh.runs)
-		sh.runs = append(sh.runs, dirtyRun{w: w})
+		if i < cap(sh.runs) {
+			sh.runs = sh.runs[:i+1] // the run there holds an emptied array, or none
+		} else {
+			sh.runs = append(sh.runs, dirtyRun{})
+		}
+		sh.runs[i].w = w
 	}
 	sh.runs[i].cs = append(sh.runs[i].cs, c)
 	sh.mu.Unlock()
@@ -244,24 +256,40 @@ func (s *Series) list(w *Window, c *Counter) {
 // start (Unix milliseconds) and key. A counter that gets a diff again later
 // is listed again. For the syncer: every amount taken must be pushed.
 //
-// The lists are handed over whole and not kept: a list as long as a peak of
-// dirty counters is left to the garbage collector rather than held for the
-// next sync.
+// The lists are handed over whole; their arrays come back for the next
+// period's counters only when short (see keepDirty).
 func (s *Series) Take(fn func(start int64, key string, v float64)) {
 	for i := range s.dirty {
 		sh := &s.dirty[i]
 		sh.mu.Lock()
 		runs := sh.runs
+		if len(runs) == 0 { // nothing listed: the arrays stay
+			sh.mu.Unlock()
+			continue
+		}
 		sh.runs = nil
 		sh.mu.Unlock()
-		for _, r := range runs {
+		for j := range runs {
+			r := &runs[j]
 			for _, c := range r.cs {
 				if v := c.take(); v != 0 {
 					fn(r.w.start, c.key, v)
 				}
 			}
 			r.w.pending.Add(-int64(len(r.cs)))
+			r.w = nil
+			if cap(r.cs) > keepDirty {
+				r.cs = nil
+			} else {
+				clear(r.cs)
+				r.cs = r.cs[:0]
+			}
 		}
+		sh.mu.Lock()
+		if sh.runs == nil { // nothing listed meanwhile
+			sh.runs = runs[:0]
+		}
+		sh.mu.Unlock()
 	}
 }
 

@@ -381,3 +381,40 @@ func tables(w *Window) (ts [windowShards]*table) {
 	}
 	return ts
 }
+
+// Take gives the dirty lists' arrays back for the next period when they are
+// short, and lets long ones go: a burst of dirty counters does not leave
+// lists of its length behind.
+func TestTakeKeepsShortDirtyListsOnly(t *testing.T) {
+	_, s := newSeries(t, 0, false)
+	w := s.Current(t0)
+	kept := func() (most int) {
+		for i := range s.dirty {
+			sh := &s.dirty[i]
+			sh.mu.Lock()
+			for _, r := range sh.runs[:cap(sh.runs)] {
+				most = max(most, cap(r.cs))
+			}
+			sh.mu.Unlock()
+		}
+		return most
+	}
+	for i := range 100 {
+		w.Add(fmt.Sprint("short:", i), 1, t0)
+	}
+	if n := takeCount(s); n != 100 {
+		t.Fatalf("took %d diffs, want 100", n)
+	}
+	if kept() == 0 {
+		t.Fatal("short dirty lists were not kept for the next period")
+	}
+	for i := range 100_000 {
+		w.Add(fmt.Sprint("burst:", i), 1, t0)
+	}
+	if n := takeCount(s); n != 100_000 {
+		t.Fatalf("took %d diffs, want 100,000", n)
+	}
+	if most := kept(); most > keepDirty {
+		t.Fatalf("a dirty list of capacity %d was kept after a burst, want at most %d", most, keepDirty)
+	}
+}
