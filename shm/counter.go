@@ -19,7 +19,9 @@ const taking uint64 = 0x7ff8_7a4e_0000_0001
 // Counter is one window's count of one key on this node: diff (local hits not
 // yet taken by the syncer) and sync (the cluster total as last read, plus
 // diffs taken and not yet seen in a store read). Both are float64 values kept
-// as bits and changed with compare-and-swap only.
+// as bits and changed with compare-and-swap only. The counter holds its key
+// too (its window's table and its series' dirty list find it by the key it
+// holds): 32 bytes and the key's.
 //
 // Every value a reader gets is sync + diff as of one instant: the two words
 // change one at a time, and the only change that must touch both, take's
@@ -34,6 +36,7 @@ const taking uint64 = 0x7ff8_7a4e_0000_0001
 type Counter struct {
 	diff atomic.Uint64
 	sync atomic.Uint64
+	key  string // never changed once the counter is in a table
 }
 
 // loadDiff returns diff's bits once no take is moving them. A move is two

@@ -9,9 +9,13 @@
 //
 // A Dict is a named, bounded set of counters. Inside a dict, counters are
 // grouped by Series (one namespace and one window size) and by Window (one
-// window start of that series); each Window keeps its counters in an xsync
-// MapOf keyed by the caller's key. A Counter holds two float64 values changed
-// with atomic compare-and-swap on their bits:
+// window start of that series); each Window keeps its counters in hash
+// tables of its own (table.go), eight by the hash of the key, whose slots
+// point at the counters: a Counter holds its key, so a counter costs its 32
+// bytes, its key's and a slot, and nothing more while it waits for the
+// syncer. Lookups take no lock; making and removing counters lock one of the
+// eight tables. A Counter holds two float64 values changed with atomic
+// compare-and-swap on their bits:
 //
 //   - diff: hits taken on this node and not yet handed to the syncer;
 //   - sync: the cluster total as last read from the store, plus what the
@@ -23,8 +27,8 @@
 // atomic operations, when it meets the syncer moving that very counter's
 // diff into sync. The first increment
 // that makes a zero diff non-zero lists the counter in its series' dirty
-// list, so the syncer finds the counters it has to push without scanning the
-// dict.
+// list (one pointer, in a run of its window), so the syncer finds the
+// counters it has to push without scanning the dict.
 //
 // Expiry: a window expires once it can no longer affect any rate, that is
 // when it is older than the previous window of its size, and is dropped whole

@@ -7,18 +7,32 @@ import (
 	"unsafe"
 )
 
+// dirtyShards is the number of dirty lists of a series; a counter is listed
+// in the one its address picks, so that adds to different counters seldom
+// wait for one another's listing.
 const dirtyShards = 8
 
-type dirtyEntry struct {
-	w   *Window
-	key string
-	c   *Counter
+// keepDirty: Take gives a dirty list's arrays back for the next period's
+// counters when they hold at most this many (8 KiB), so that listing
+// allocates nothing in a steady state; longer ones are left to the garbage
+// collector rather than held at the size of a past burst.
+const keepDirty = 1024
+
+// dirtyRun is the listed counters of one window: a pointer each, as a
+// counter holds its key.
+type dirtyRun struct {
+	w  *Window
+	cs []*Counter
 }
 
+// dirtyShard is one dirty list: a run per window that has listed counters
+// (one or two, the current window and the previous one, unless precision
+// windows or late adds make more). Past len(runs), the runs' arrays that
+// Take gave back wait, emptied, for the next windows listed.
 type dirtyShard struct {
 	mu   sync.Mutex
-	list []dirtyEntry
-	_    [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof([]dirtyEntry{})]byte
+	runs []dirtyRun
+	_    [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof([]dirtyRun{})]byte
 }
 
 // Series is the set of windows of one namespace and one window size in a
@@ -79,7 +93,7 @@ func (s *Series) SetLocal(local bool) {
 		for _, w := range s.held() {
 			w.Range(func(key string, c *Counter) bool {
 				if c.diffValue() != 0 {
-					s.list(w, key, c)
+					s.list(w, c)
 				}
 				return true
 			})
@@ -230,15 +244,28 @@ func (s *Series) removeAll() {
 	s.cur.Store(nil)
 }
 
-// list records that c, the counter of key in w, has a diff to push.
-func (s *Series) list(w *Window, key string, c *Counter) {
+// list records that c, a counter of w, has a diff to push.
+func (s *Series) list(w *Window, c *Counter) {
 	if s.local.Load() {
 		return
 	}
 	w.pending.Add(1)
-	sh := &s.dirty[(uintptr(unsafe.Pointer(c))>>4)%dirtyShards]
+	sh := &s.dirty[(uintptr(unsafe.Pointer(c))>>5)%dirtyShards]
 	sh.mu.Lock()
-	sh.list = append(sh.list, dirtyEntry{w: w, key: key, c: c})
+	i := len(sh.runs) - 1
+	for i >= 0 && sh.runs[i].w != w {
+		i--
+	}
+	if i < 0 {
+		i = len(sh.runs)
+		if i < cap(sh.runs) {
+			sh.runs = sh.runs[:i+1] // the run there holds an emptied array, or none
+		} else {
+			sh.runs = append(sh.runs, dirtyRun{})
+		}
+		sh.runs[i].w = w
+	}
+	sh.runs[i].cs = append(sh.runs[i].cs, c)
 	sh.mu.Unlock()
 }
 
@@ -246,21 +273,41 @@ func (s *Series) list(w *Window, key string, c *Counter) {
 // Counter) and calls fn with each non-zero amount taken, the counter's window
 // start (Unix milliseconds) and key. A counter that gets a diff again later
 // is listed again. For the syncer: every amount taken must be pushed.
+//
+// The lists are handed over whole; their arrays come back for the next
+// period's counters only when short (see keepDirty).
 func (s *Series) Take(fn func(start int64, key string, v float64)) {
-	var list []dirtyEntry
 	for i := range s.dirty {
 		sh := &s.dirty[i]
 		sh.mu.Lock()
-		list, sh.list = sh.list, list[:0]
-		sh.mu.Unlock()
-		for j := range list {
-			e := &list[j]
-			if v := e.c.take(); v != 0 {
-				fn(e.w.start, e.key, v)
-			}
-			e.w.pending.Add(-1)
-			list[j] = dirtyEntry{}
+		runs := sh.runs
+		if len(runs) == 0 { // nothing listed: the arrays stay
+			sh.mu.Unlock()
+			continue
 		}
+		sh.runs = nil
+		sh.mu.Unlock()
+		for j := range runs {
+			r := &runs[j]
+			for _, c := range r.cs {
+				if v := c.take(); v != 0 {
+					fn(r.w.start, c.key, v)
+				}
+			}
+			r.w.pending.Add(-int64(len(r.cs)))
+			r.w = nil
+			if cap(r.cs) > keepDirty {
+				r.cs = nil
+			} else {
+				clear(r.cs)
+				r.cs = r.cs[:0]
+			}
+		}
+		sh.mu.Lock()
+		if sh.runs == nil { // nothing listed meanwhile
+			sh.runs = runs[:0]
+		}
+		sh.mu.Unlock()
 	}
 }
 
@@ -271,7 +318,9 @@ func (s *Series) Dirty() int {
 	for i := range s.dirty {
 		sh := &s.dirty[i]
 		sh.mu.Lock()
-		n += len(sh.list)
+		for _, r := range sh.runs {
+			n += len(r.cs)
+		}
 		sh.mu.Unlock()
 	}
 	return n

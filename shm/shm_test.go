@@ -286,7 +286,9 @@ func TestSweepNeverEvictsUnpushedDiffs(t *testing.T) {
 }
 
 // Eviction races increments; every increment is either taken by the syncer
-// or still in a live counter at the end.
+// or still in a live counter at the end. The workers go on until the
+// sweeper has evicted beside them, however the goroutines are scheduled
+// (up to a bound, past which the test fails).
 func TestEvictionNeverLosesAConcurrentIncrement(t *testing.T) {
 	d, s := newSeries(t, 64, false)
 	var adds, taken atomic.Int64
@@ -295,7 +297,7 @@ func TestEvictionNeverLosesAConcurrentIncrement(t *testing.T) {
 	for g := range 4 {
 		workers.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(g), 1))
-			for range 30000 {
+			for i := 0; i < 30000 || d.Stats().Evictions < 20 && i < 3_000_000; i++ {
 				w := s.Current(t0)
 				if c, _ := w.Add(fmt.Sprint(r.IntN(200)), 1, t0); c != nil {
 					adds.Add(1)
@@ -321,8 +323,11 @@ func TestEvictionNeverLosesAConcurrentIncrement(t *testing.T) {
 	}
 }
 
-// Compaction moves counters to a fresh map while increments go on: none is
-// lost, and counters made afterwards land in the new map.
+// Compaction moves counters to fresh tables while increments go on: none is
+// lost, and counters made afterwards land in the new tables. The increments
+// remake at most 1,000 of the evicted counters, which leaves the tables
+// (grown for 20,000 counters) at least four times larger than their
+// counters need, however far the increments get before compaction.
 func TestCompactionKeepsEveryCount(t *testing.T) {
 	_, s := newSeries(t, 0, false)
 	w := s.Current(t0)
@@ -342,29 +347,74 @@ func TestCompactionKeepsEveryCount(t *testing.T) {
 	if w.len() != 1500 {
 		t.Fatalf("Len = %d after eviction, want 1500", w.len())
 	}
-	old := w.m()
+	old := tables(w)
 	var stop atomic.Bool
 	var adds atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 2 {
 		wg.Go(func() {
 			for i := 0; !stop.Load() || i < 1000; i++ {
-				w.Add(fmt.Sprint((i*7+g)%20000), 1, t0)
+				w.Add(fmt.Sprint((i*7+g)%1000), 1, t0)
 				adds.Add(1)
 			}
 		})
 	}
 	if !w.compact() {
-		t.Fatal("compact did not run on a map 13 times larger than its counters")
+		t.Fatal("compact did not run on tables grown for 20,000 counters that hold 1,500")
 	}
 	stop.Store(true)
 	wg.Wait()
-	if w.m() == old {
-		t.Fatal("the window still uses its old map")
+	if tables(w) == old {
+		t.Fatal("the window still uses its old tables")
 	}
 	var total float64
 	w.Range(func(_ string, c *Counter) bool { total += c.Value(); return true })
 	if want := float64(1500 + adds.Load()); total != want {
 		t.Fatalf("total after compaction %v, want %v", total, want)
+	}
+}
+
+// tables returns the tables of w's shards.
+func tables(w *Window) (ts [windowShards]*table) {
+	for i := range w.shards {
+		ts[i] = w.shards[i].tab.Load()
+	}
+	return ts
+}
+
+// Take gives the dirty lists' arrays back for the next period when they are
+// short, and lets long ones go: a burst of dirty counters does not leave
+// lists of its length behind.
+func TestTakeKeepsShortDirtyListsOnly(t *testing.T) {
+	_, s := newSeries(t, 0, false)
+	w := s.Current(t0)
+	kept := func() (most int) {
+		for i := range s.dirty {
+			sh := &s.dirty[i]
+			sh.mu.Lock()
+			for _, r := range sh.runs[:cap(sh.runs)] {
+				most = max(most, cap(r.cs))
+			}
+			sh.mu.Unlock()
+		}
+		return most
+	}
+	for i := range 100 {
+		w.Add(fmt.Sprint("short:", i), 1, t0)
+	}
+	if n := takeCount(s); n != 100 {
+		t.Fatalf("took %d diffs, want 100", n)
+	}
+	if kept() == 0 {
+		t.Fatal("short dirty lists were not kept for the next period")
+	}
+	for i := range 100_000 {
+		w.Add(fmt.Sprint("burst:", i), 1, t0)
+	}
+	if n := takeCount(s); n != 100_000 {
+		t.Fatalf("took %d diffs, want 100,000", n)
+	}
+	if most := kept(); most > keepDirty {
+		t.Fatalf("a dirty list of capacity %d was kept after a burst, want at most %d", most, keepDirty)
 	}
 }

@@ -1,16 +1,33 @@
 package shm
 
 import (
+	"hash/maphash"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/puzpuzpuz/xsync/v3"
+	"unsafe"
 )
 
 // retiredBit is set in Window.count once the window is dropped from its
 // series; counts of a retired window no longer weigh on its dict.
 const retiredBit = int64(1) << 62
+
+// windowShards is the number of tables a window's counters are spread over
+// by the top shardBits bits of their hash: counters of different shards are
+// made, removed and rehashed independently.
+const (
+	shardBits    = 3
+	windowShards = 1 << shardBits
+)
+
+// shard is one table of a window's counters and the lock of its writers
+// (making, removing, rebuilding), padded to a cache line of its own.
+type shard struct {
+	mu  sync.Mutex
+	tab atomic.Pointer[table]
+	_   [64 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(atomic.Pointer[table]{})]byte
+}
 
 // Window holds the counters of one window start of a Series.
 //
@@ -19,26 +36,38 @@ type Window struct {
 	series    *Series
 	start     int64     // window start, Unix milliseconds
 	startTime time.Time // the same, as a time
-	mp        atomic.Pointer[xsync.MapOf[string, *Counter]]
-	// mu is held shared while a counter is made or removed, and exclusively
-	// while compact moves the counters to a fresh map. Adds to existing
-	// counters take no lock.
-	mu   *xsync.RBMutex
-	prev atomic.Pointer[Window] // the window just before this one, when held
-	// count is the number of counters in m, with retiredBit once dropped.
+	seed      maphash.Seed
+	prev      atomic.Pointer[Window] // the window just before this one, when held
+	// count is the number of counters in the tables, with retiredBit once
+	// dropped.
 	count atomic.Int64
 	// pending is the number of dirty-list entries of this window that the
 	// syncer has not taken yet; a window with pending entries is not dropped.
 	pending atomic.Int64
+	// shards hold the counters, by the top bits of their key's hash. Adds
+	// to existing counters take no lock.
+	shards [windowShards]shard
 }
 
 func newWindow(s *Series, start int64) *Window {
-	w := &Window{series: s, start: start, startTime: time.UnixMilli(start), mu: xsync.NewRBMutex()}
-	w.mp.Store(xsync.NewMapOf[string, *Counter]())
+	w := &Window{series: s, start: start, startTime: time.UnixMilli(start), seed: maphash.MakeSeed()}
+	for i := range w.shards {
+		w.shards[i].tab.Store(emptyTable)
+	}
 	return w
 }
 
-func (w *Window) m() *xsync.MapOf[string, *Counter] { return w.mp.Load() }
+// hash returns the hash of key in the window's tables.
+func (w *Window) hash(key string) uint64 { return maphash.String(w.seed, key) }
+
+// shard returns the shard of hash h.
+func (w *Window) shard(h uint64) *shard { return &w.shards[h>>(64-shardBits)] }
+
+// load returns the counter of key, live or dead, or nil.
+func (w *Window) load(key string) *Counter {
+	h := w.hash(key)
+	return w.shard(h).tab.Load().find(key, h)
+}
 
 // Start returns the window start in Unix milliseconds.
 func (w *Window) Start() int64 { return w.start }
@@ -57,8 +86,8 @@ func (w *Window) len() int { return int(w.count.Load() &^ retiredBit) }
 
 // Counter returns the live counter of key, or nil.
 func (w *Window) Counter(key string) *Counter {
-	c, ok := w.m().Load(key)
-	if !ok || c.isDead() {
+	c := w.load(key)
+	if c == nil || c.isDead() {
 		return nil
 	}
 	return c
@@ -66,7 +95,7 @@ func (w *Window) Counter(key string) *Counter {
 
 // Value returns the count of key in the window on this node, 0 when absent.
 func (w *Window) Value(key string) float64 {
-	if c, ok := w.m().Load(key); ok {
+	if c := w.load(key); c != nil {
 		return c.Value()
 	}
 	return 0
@@ -75,12 +104,11 @@ func (w *Window) Value(key string) float64 {
 // Range calls fn for each live counter until fn returns false. It is not a
 // snapshot: counters made or removed meanwhile may or may not be seen.
 func (w *Window) Range(fn func(key string, c *Counter) bool) {
-	w.m().Range(func(key string, c *Counter) bool {
-		if c.isDead() {
-			return true
+	for i := range w.shards {
+		if !w.shards[i].tab.Load().each(func(c *Counter) bool { return c.isDead() || fn(c.key, c) }) {
+			return
 		}
-		return fn(key, c)
-	})
+	}
 }
 
 // Add adds v to the diff of key's counter, creating the counter when needed,
@@ -89,20 +117,21 @@ func (w *Window) Range(fn func(key string, c *Counter) bool) {
 // (the hit is then not counted: see the package documentation). now is the
 // caller's clock in Unix milliseconds.
 func (w *Window) Add(key string, v float64, now int64) (*Counter, float64) {
-	c, ok := w.m().Load(key)
+	h := w.hash(key)
+	c := w.shard(h).tab.Load().find(key, h)
 	for {
-		if !ok {
-			if c = w.create(key, now); c == nil {
+		if c == nil {
+			if c = w.create(key, h, now); c == nil {
 				return nil, v
 			}
 		}
 		after, wasZero, alive := c.add(v)
 		if !alive {
-			ok = false // evicted under us: create replaces the dead counter
+			c = nil // evicted under us: create replaces the dead counter
 			continue
 		}
 		if wasZero {
-			w.series.list(w, key, c)
+			w.series.list(w, c)
 		}
 		return c, after
 	}
@@ -121,11 +150,12 @@ func (w *Window) AddIfAtMost(key string, v, ceiling float64, now int64) (before 
 // counter changed meanwhile; it must not keep its argument). It returns as
 // AddIfAtMost; a full dict judges fits(0).
 func (w *Window) AddIf(key string, v float64, fits func(before float64) bool, now int64) (before float64, added bool, c *Counter) {
+	h := w.hash(key)
+	sh := w.shard(h)
 	for {
-		var ok bool
-		c, ok = w.m().Load(key)
-		if !ok || c.isDead() {
-			if c = w.create(key, now); c == nil {
+		c = sh.tab.Load().find(key, h)
+		if c == nil || c.isDead() {
+			if c = w.create(key, h, now); c == nil {
 				return 0, fits(0), nil
 			}
 		}
@@ -134,7 +164,7 @@ func (w *Window) AddIf(key string, v float64, fits func(before float64) bool, no
 			continue
 		}
 		if wasZero {
-			w.series.list(w, key, c)
+			w.series.list(w, c)
 		}
 		return before, added, c
 	}
@@ -146,7 +176,7 @@ func (w *Window) AddIf(key string, v float64, fits func(before float64) bool, no
 // next Take finds nothing left to move. For the syncer: the amount must be
 // pushed.
 func (w *Window) TakeKey(key string) float64 {
-	if c, ok := w.m().Load(key); ok {
+	if c := w.load(key); c != nil {
 		return c.take()
 	}
 	return 0
@@ -155,10 +185,11 @@ func (w *Window) TakeKey(key string) float64 {
 // ensure returns key's counter, creating it when needed; nil when the dict
 // is full.
 func (w *Window) ensure(key string, now int64) *Counter {
-	if c, ok := w.m().Load(key); ok && !c.isDead() {
+	h := w.hash(key)
+	if c := w.shard(h).tab.Load().find(key, h); c != nil && !c.isDead() {
 		return c
 	}
-	return w.create(key, now)
+	return w.create(key, h, now)
 }
 
 // AddTaken counts v for key as already taken by the syncer: v goes to the
@@ -190,27 +221,29 @@ func (w *Window) SetSynced(key string, v float64, create bool, now int64) *Count
 	return c
 }
 
-// create makes key's counter, or returns the live one another goroutine made.
-func (w *Window) create(key string, now int64) *Counter {
-	d := w.series.dict
-	if !d.admit(now) {
+// create makes key's counter (hash h), or returns the live one another
+// goroutine made.
+func (w *Window) create(key string, h uint64, now int64) *Counter {
+	if !w.series.dict.admit(now) {
 		return nil
 	}
-	nc := new(Counter)
-	made := false
-	t := w.mu.RLock()
-	defer w.mu.RUnlock(t)
-	c, _ := w.m().Compute(strings.Clone(key), func(old *Counter, loaded bool) (*Counter, bool) {
-		if loaded && !old.isDead() {
-			return old, false
+	nc := &Counter{key: strings.Clone(key)}
+	sh := w.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.tab.Load()
+	if p := t.slot(key, h); p != nil {
+		if c := p.Load(); !c.isDead() {
+			return c
 		}
-		made = true
-		return nc, false
-	})
-	if made {
-		w.addCount(1)
+		p.Store(nc) // the evictor of the dead one finds it gone
+	} else if !t.put(nc, h) {
+		t = t.rebuilt(groupsFor(t.live), w.hash)
+		t.put(nc, h)
+		sh.tab.Store(t)
 	}
-	return c
+	w.addCount(1)
+	return nc
 }
 
 // evict removes c, the counter of key, when it may go: its diff must be zero
@@ -223,44 +256,38 @@ func (w *Window) evict(key string, c *Counter) bool {
 	} else if !c.kill() {
 		return false
 	}
-	t := w.mu.RLock()
-	w.m().Compute(key, func(old *Counter, loaded bool) (*Counter, bool) {
-		if loaded && old == c {
-			return nil, true
-		}
-		return old, !loaded // a replacement made meanwhile stays
-	})
-	w.mu.RUnlock(t)
+	h := w.hash(key)
+	sh := w.shard(h)
+	sh.mu.Lock()
+	sh.tab.Load().remove(key, h, c) // a replacement made meanwhile stays
+	sh.mu.Unlock()
 	w.addCount(-1)
 	return true
 }
 
-// compact moves the live counters to a fresh map when churn has left the
-// current one much larger than they need: xsync keeps every overflow bucket
-// a bucket ever needed until the table resizes, so a window flooded with
-// short-lived keys would keep growing. It reports whether it moved them.
-// Adds to existing counters go on meanwhile (the counters move, not their
-// values); making and removing counters waits.
+// compact rebuilds the tables that are four times larger than their live
+// counters need (after evictions, or the end of a flood of short-lived
+// keys), so that a window's memory follows the counters it holds. It
+// reports whether it rebuilt one. Adds to existing counters go on
+// meanwhile (the counters stay, their slots move); making and removing
+// counters of a shard waits for its rebuild.
 func (w *Window) compact() bool {
-	live := w.len()
-	if live < 1024 {
-		return false
-	}
-	w.mu.Lock() // Stats reads bucket links that making counters writes
-	defer w.mu.Unlock()
-	st := w.m().Stats()
-	if st.TotalBuckets*2 < st.RootBuckets*3 && live*8 > st.Capacity {
-		return false
-	}
-	nm := xsync.NewMapOf[string, *Counter](xsync.WithPresize(live))
-	w.m().Range(func(k string, c *Counter) bool {
-		if !c.isDead() {
-			nm.Store(k, c)
+	done := false
+	for i := range w.shards {
+		sh := &w.shards[i]
+		sh.mu.Lock()
+		t := sh.tab.Load()
+		if n := groupsFor(t.live); len(t.groups) >= 4*n && len(t.groups) > 1 {
+			if t.live == 0 {
+				sh.tab.Store(emptyTable)
+			} else {
+				sh.tab.Store(t.rebuilt(n, w.hash))
+			}
+			done = true
 		}
-		return true
-	})
-	w.mp.Store(nm)
-	return true
+		sh.mu.Unlock()
+	}
+	return done
 }
 
 // addCount changes the window's counter count, and its dict's while the
