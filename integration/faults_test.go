@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -182,7 +181,7 @@ func TestLostRepliesAdmitExactlyTheLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := testenv.NewProxy(t, pg.Addr())
-			pool := pgPool(t, pg.URLVia(p))
+			pool := (&testenv.Postgres{URL: pg.URLVia(p)}).Pool(t)
 			s, err := postgres.New(context.Background(), pool, postgres.Config{})
 			if err != nil {
 				t.Fatal(err)
@@ -360,22 +359,11 @@ func nodeStore(t *testing.T, kind, url string) strategy.Strategy {
 		}
 		return s
 	}
-	s, err := postgres.New(context.Background(), pgPool(t, url), postgres.Config{})
+	s, err := postgres.New(context.Background(), (&testenv.Postgres{URL: url}).Pool(t), postgres.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// pgPool returns a pool on url, closed when the test ends.
-func pgPool(t *testing.T, url string) *pgxpool.Pool {
-	t.Helper()
-	pool, err := pgxpool.New(context.Background(), url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 // lockedBuffer is a log's output, written by several goroutines.

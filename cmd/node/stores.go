@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -186,7 +186,8 @@ func checkStoreURL(ns *NamespaceConfig) error {
 // and with short pauses, where go-redis's own retries would spend that
 // timeout in their back-off.
 func parseRedis(ns *NamespaceConfig) (func() goredis.UniversalClient, error) {
-	retries := strings.Contains(ns.URL, "max_retries=")
+	u, _ := url.Parse(ns.URL) // a URL that does not parse is refused below
+	retries := u != nil && u.Query().Has("max_retries")
 	if ns.Redis != nil && ns.Redis.Cluster {
 		o, err := goredis.ParseClusterURL(ns.URL)
 		if err != nil {

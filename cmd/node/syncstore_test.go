@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/ratesync/ratesync/internal/testenv"
 )
 
@@ -74,5 +76,37 @@ policies:
 				runSteps(t, s.n, clk, []checkStep{s.checkStep})
 			}
 		})
+	}
+}
+
+// The node's Redis client leaves resending a failed command to the syncer
+// (which resends with the same identity), unless the URL sets max_retries.
+func TestRedisClientRetriesOnlyWhenTheURLSaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		cluster bool
+		want    int
+	}{
+		{"redis://127.0.0.1:6379/0", false, 0},
+		{"redis://127.0.0.1:6379/0?max_retries=2", false, 2},
+		{"redis://127.0.0.1:6379?addr=127.0.0.1:6380", true, 0},
+		{"redis://127.0.0.1:6379?addr=127.0.0.1:6380&max_retries=5", true, 5},
+	} {
+		newClient, err := parseRedis(&NamespaceConfig{URL: tc.url, Redis: &RedisOptions{Cluster: tc.cluster}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.url, err)
+		}
+		client := newClient()
+		var got int
+		switch c := client.(type) {
+		case *goredis.Client:
+			got = c.Options().MaxRetries
+		case *goredis.ClusterClient:
+			got = c.Options().MaxRetries
+		}
+		_ = client.Close()
+		if got = max(got, 0); got != tc.want { // -1 and 0 both mean none, as go-redis holds them
+			t.Errorf("%s: MaxRetries %d, want %d", tc.url, got, tc.want)
+		}
 	}
 }
