@@ -178,7 +178,11 @@ func TestBackoffDoublesUpToMax(t *testing.T) {
 		if _, err := s.Hit(ctx, w, "k", 1); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, fmt.Sprintf("back-off %v: a probe at its end", b), func() bool { return store.pushes.Load() == calls+1 })
+		// The probe has failed, and set the next back-off from this clock,
+		// once its error is in Stats.
+		waitUntil(t, fmt.Sprintf("back-off %v: a probe at its end, failed", b), func() bool {
+			return store.pushes.Load() == calls+1 && s.Stats().LastErrorAt.Equal(clk.Now())
+		})
 	}
 	store.SetDown(false)
 	clk.Advance(5 * time.Second)

@@ -112,10 +112,11 @@ func await(ctx context.Context, done <-chan struct{}) error {
 // same.
 func (s *Syncer) Hit(ctx context.Context, w *shm.Window, key string, v float64) (strategy.Totals, error) {
 	if s.isDown() {
+		t := s.hitLocal(w, key, v)
 		if s.probeDue() {
-			s.queue.wake()
+			s.queue.wake() // after counting: the probe pushes this hit too
 		}
-		return s.hitLocal(w, key, v), nil
+		return t, nil
 	}
 	r := hitPool.Get().(*hitReq)
 	r.w, r.key, r.v, r.at = w, key, v, time.Now()

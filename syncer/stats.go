@@ -104,6 +104,14 @@ func (s *Syncer) record(r Report, down bool) {
 	}
 	if r.Op != "purge" {
 		now := s.clock.now()
+		// The store's state first: whoever sees the times of Stats move
+		// sees the breaker as this exchange left it.
+		switch {
+		case r.Err == nil:
+			s.markUp(r.Pushed)
+		case down && !errors.Is(r.Err, context.Canceled): // a caller giving up says nothing of the store
+			s.markDown(r.Op, r.Err)
+		}
 		st.mu.Lock()
 		if r.Err != nil {
 			st.st.LastError, st.st.LastErrorAt = r.Err, now
@@ -111,12 +119,6 @@ func (s *Syncer) record(r Report, down bool) {
 			st.st.LastGood = now
 		}
 		st.mu.Unlock()
-		switch {
-		case r.Err == nil:
-			s.markUp(r.Pushed)
-		case down && !errors.Is(r.Err, context.Canceled): // a caller giving up says nothing of the store
-			s.markDown(r.Op, r.Err)
-		}
 	}
 	if c.Observe != nil {
 		c.Observe(r)
