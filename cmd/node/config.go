@@ -122,6 +122,7 @@ type NodeConfig struct {
 	MaxBodyBytes    int64    `json:"max_body_bytes" yaml:"max_body_bytes"`                     // request body bound of the API; default 64 KiB
 	MaxKeyBytes     int      `json:"max_key_bytes" yaml:"max_key_bytes"`                       // key length bound; default 1 KiB
 	adminTokenFrom  string   // "file", "env" or ""
+	pprofListen     string   // -pprof-listen: Go's profiler's address; default none
 }
 
 // HeadersConfig shapes the rate-limit headers of /v1/check and the gateway.
@@ -300,6 +301,7 @@ type flags struct {
 	logFormat string
 	logLevel  string
 	rlsListen string
+	pprof     string
 }
 
 // errHelp is returned by loadConfig for -h: run prints the usage and
@@ -319,11 +321,12 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	fs.StringVar(&f.logFormat, "log-format", "", "log format: text or json (default text)")
 	fs.StringVar(&f.logLevel, "log-level", "", "log level: debug, info, warn, error (default info)")
 	fs.StringVar(&f.rlsListen, "rls-listen", "", "Envoy rate limit service (gRPC) listen `address` (overrides rls.listen)")
+	fs.StringVar(&f.pprof, "pprof-listen", "", "serve Go's profiler (/debug/pprof/) on this `address` (default: off; it has no authentication: keep it on loopback)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %q (flags: -config, -listen, -gateway-listen, -rls-listen, -log-format, -log-level)", fs.Args())
+		return Config{}, fmt.Errorf("unexpected arguments: %q (flags: -config, -listen, -gateway-listen, -rls-listen, -pprof-listen, -log-format, -log-level)", fs.Args())
 	}
 	var (
 		cfg Config
@@ -376,6 +379,16 @@ func loadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			errs = append(errs, fmt.Errorf("-gateway-listen %q: must differ from the node's listen address", f.gwListen))
 		default:
 			errs = append(errs, fmt.Errorf("-listen %q: must differ from the gateway's listen address", f.listen))
+		}
+	}
+	if f.pprof != "" {
+		switch {
+		case checkHostPort(f.pprof) != nil:
+			errs = append(errs, fmt.Errorf("-pprof-listen %q: %v", f.pprof, checkHostPort(f.pprof)))
+		case sameListen(f.pprof, cfg.Node.Listen) || (cfg.Gateway != nil && sameListen(f.pprof, cfg.Gateway.Listen)) || (cfg.RLS != nil && sameListen(f.pprof, cfg.RLS.Listen)):
+			errs = append(errs, fmt.Errorf("-pprof-listen %q: must differ from the node's, the gateway's and the rls listen addresses", f.pprof))
+		default:
+			cfg.Node.pprofListen = f.pprof
 		}
 	}
 	if f.logFormat != "" {

@@ -101,6 +101,14 @@ func TestLoadConfigFlags(t *testing.T) {
 					t.Errorf("token = %q from %q", c.Node.AdminToken, c.Node.adminTokenFrom)
 				}
 			}},
+		{name: "pprof listen flag", args: []string{"-pprof-listen", "127.0.0.1:6060"},
+			check: func(t *testing.T, c Config) {
+				if c.Node.pprofListen != "127.0.0.1:6060" {
+					t.Errorf("pprof listen = %q", c.Node.pprofListen)
+				}
+			}},
+		{name: "bad pprof listen", args: []string{"-pprof-listen", "6060"}, wantErr: `-pprof-listen "6060"`},
+		{name: "pprof on the API's address", args: []string{"-listen", "127.0.0.1:7001", "-pprof-listen", "127.0.0.1:7001"}, wantErr: `-pprof-listen "127.0.0.1:7001": must differ`},
 		{name: "bad log format", args: []string{"-log-format", "xml"}, wantErr: "-log-format"},
 		{name: "bad listen", args: []string{"-listen", "nope"}, wantErr: "-listen"},
 		{name: "gateway listen without gateway", args: []string{"-gateway-listen", "127.0.0.1:0"}, wantErr: "no gateway section"},

@@ -4,14 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // run is the whole process but for SIGINT, SIGTERM and the exit code: read
@@ -57,9 +62,43 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	if err != nil {
 		return logExit(log, "ratesync node cannot start", redactErr(err, cfg))
 	}
+	if addr := cfg.Node.pprofListen; addr != "" {
+		bound, stop, err := servePprof(ctx, addr)
+		if err != nil {
+			return logExit(log, "ratesync node cannot start", err)
+		}
+		defer stop()
+		log.Info("profiler listening", "url", "http://"+bound+"/debug/pprof/")
+	}
 	n.load = func() (Config, error) { return loadConfig(args, getenv, io.Discard) }
 	n.logCtl, n.hup = logCtl, hup
 	return logExit(log, "ratesync node stopped with an error", redactErr(n.Serve(ctx), cfg))
+}
+
+// servePprof serves Go's profiler (net/http/pprof's /debug/pprof/) on addr
+// until ctx is done or stop is called, and returns the address it
+// listens on: a separate listener, so that the
+// API's routes and middleware are not involved, and profiles are taken of
+// the node as it runs.
+func servePprof(ctx context.Context, addr string) (bound string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("-pprof-listen %q: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	return ln.Addr().String(), cancel, nil
 }
 
 // loggedError is an error the node's log has reported: main prints

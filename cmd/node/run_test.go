@@ -99,6 +99,32 @@ func TestRunDefaults(t *testing.T) {
 	}
 }
 
+// -pprof-listen serves Go's profiler on its own listener, not on the API's.
+func TestRunPprof(t *testing.T) {
+	url, logs, stop := runNode(t, []string{"-listen", "127.0.0.1:0", "-pprof-listen", "127.0.0.1:0"}, nil)
+	m := regexp.MustCompile(`msg="profiler listening" url=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no profiler line in the log:\n%s", logs)
+	}
+	get := func(u string) int {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(m[1] + "cmdline"); code != http.StatusOK {
+		t.Errorf("%scmdline: %d, want 200", m[1], code)
+	}
+	if code := get(url + "/debug/pprof/cmdline"); code != http.StatusNotFound {
+		t.Errorf("the API serves /debug/pprof/: %d, want 404", code)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
 // The example config parses and starts, with real Redis and PostgreSQL
 // servers behind its namespaces.
 func TestRunExample(t *testing.T) {
