@@ -13,6 +13,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -104,11 +105,43 @@ func newProxy(c GatewayConfig, log *slog.Logger) *httputil.ReverseProxy {
 			MaxIdleConnsPerHost:   256,
 			ForceAttemptHTTP2:     true,
 		},
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BufferPool: proxyBuffers,
+		ErrorLog:   slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				// The client went away (or the server is shutting down):
+				// nobody reads an answer, and the upstream did not fail.
+				log.Debug("client gone before the upstream answered", "method", r.Method, "path", r.URL.Path, "err", err)
+				w.WriteHeader(statusClientClosed)
+				return
+			}
 			log.Warn("upstream failed", "method", r.Method, "path", r.URL.Path, "err", err)
 			writeProblem(w, upstreamProblem(err, c))
 		},
+	}
+}
+
+// statusClientClosed is the status the gateway records for a request
+// whose client went away before the upstream answered (nginx's 499): no
+// client reads it.
+const statusClientClosed = 499
+
+// proxyBuffers recycles the buffers the proxy copies response bodies
+// through. Without a pool, httputil.ReverseProxy allocates 32 KiB per
+// request: most of the gateway's garbage, and so of its GC work.
+var proxyBuffers = &bufferPool{pool: sync.Pool{New: func() any { return new([proxyBufferSize]byte) }}}
+
+const proxyBufferSize = 32 << 10 // httputil.ReverseProxy's own
+
+// bufferPool is an httputil.BufferPool over a sync.Pool of array
+// pointers: a buffer goes in and out of the pool without allocating.
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte { return p.pool.Get().(*[proxyBufferSize]byte)[:] }
+
+func (p *bufferPool) Put(b []byte) {
+	if cap(b) == proxyBufferSize {
+		p.pool.Put((*[proxyBufferSize]byte)(b[:proxyBufferSize]))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -245,5 +246,38 @@ func TestGatewayErrorsAreProblems(t *testing.T) {
 				t.Errorf("the answer shows the upstream's address: %s", body)
 			}
 		})
+	}
+}
+
+// A client that goes away before the upstream answers is no upstream
+// failure: nothing is logged at WARN, and no problem is written for
+// nobody to read.
+func TestGatewayClientGoneIsNoUpstreamFailure(t *testing.T) {
+	hang := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(hang); slow.Close() })
+	var logs lockedBuffer
+	n, err := newNode(context.Background(), testConfig(t, gatewayYAML(slow.URL, ""), nil),
+		slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.close(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequestWithContext(ctx, "GET", "/ip", nil)
+	w := httptest.NewRecorder()
+	time.AfterFunc(50*time.Millisecond, cancel)
+	n.gateway.ServeHTTP(w, r)
+	if w.Code != statusClientClosed || w.Body.Len() != 0 {
+		t.Errorf("status %d, body %q; want %d and no body", w.Code, w.Body, statusClientClosed)
+	}
+	out := logs.String()
+	if strings.Contains(out, "upstream failed") || !strings.Contains(out, "client gone before the upstream answered") {
+		t.Errorf("logs:\n%s\nwant a DEBUG client gone line, no upstream failure", out)
 	}
 }
