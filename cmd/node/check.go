@@ -69,10 +69,12 @@ type checkInput struct {
 // checkState is the per-request memory of /v1/check, pooled so that the
 // hot path allocates little.
 type checkState struct {
-	body checkBody
-	in   checkInput
-	out  []byte
-	rd   bytes.Reader
+	body     checkBody
+	in       checkInput
+	out      []byte
+	rd       bytes.Reader
+	names    [8]string // recent names (fastCheck's intern)
+	nextName int
 }
 
 var checkPool = sync.Pool{New: func() any {
@@ -85,13 +87,16 @@ var checkPool = sync.Pool{New: func() any {
 // namespace's, is for the handler to find out.
 func decodeCheck(data []byte, st *checkState, maxKey int) *problem {
 	b := &st.body
-	// encoding/json decodes into a reused slice's elements without zeroing
-	// them: clear them first.
-	lims := b.Limits[:cap(b.Limits)]
-	clear(lims)
-	*b = checkBody{Cost: math.NaN(), Limits: lims[:0]}
-	if p := decodeStrict(data, &st.rd, b, checkSchema); p != nil {
-		return p
+	*b = checkBody{Cost: math.NaN(), Limits: b.Limits[:0]}
+	if !fastCheck(data, st) {
+		// encoding/json decodes into a reused slice's elements without
+		// zeroing them: clear them first.
+		lims := b.Limits[:cap(b.Limits)]
+		clear(lims)
+		*b = checkBody{Cost: math.NaN(), Limits: lims[:0]}
+		if p := decodeStrict(data, &st.rd, b, checkSchema); p != nil {
+			return p
+		}
 	}
 	in := &st.in
 	*in = checkInput{limits: in.limits[:0], cost: math.NaN()}

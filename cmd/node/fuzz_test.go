@@ -171,3 +171,64 @@ func keysOracle(data []byte, schema []jsonField) (field string, isObject bool) {
 	_, _ = dec.Token() // {
 	return object("", schema), true
 }
+
+// FuzzFastCheck holds fastCheck to decodeStrict: every body fastCheck
+// takes, decodeStrict takes too, into the same checkBody, bit for bit; a
+// pooled state (whose intern table is warm) decodes like a fresh one.
+// Seeds: the bodies below.
+//
+//	go test -run=^$ -fuzz=FuzzFastCheck -fuzztime=60s ./cmd/node
+func FuzzFastCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"namespace":"default","key":"user:42","cost":1,"limits":[{"limit":100,"window":"1m"},{"limit":10,"window":"1s","type":"fixed"}]}`,
+		`{"policy":"api","key":"user:42","cost":0.5}`,
+		`{"key":"user:42","limits":[{"limit":10,"window":"1m","type":"token_bucket","burst":20}]}`,
+		`{"key":"user:42","penalty":true,"limits":[{"limit":1000,"window":"1h","precision":"1m"},{"limit":3e2,"window":"15m","type":"anchored"}]}`,
+		` { "key" : "ключ" , "cost" : -0 , "limits" : [ ] } `,
+		`{"key":"a","cost":123456789012345,"limits":[{"limit":1234567890123456789,"window":"1s"}]}`,
+		`{"key":"a","cost":1e400}`,
+		`{"key":"a","limits":[{"limit":1,"window":"1s","burst":null}]}`,
+		`{"key":"a\u0062","limits":[{"limit":1.5E-3,"window":"1s"}]} `,
+		`{"key":"a","key":"b"}`,
+		`{"Key":"a"}`,
+		`{}`,
+		`{"key":"a"}x`,
+	} {
+		f.Add([]byte(s))
+	}
+	pooled := &checkState{}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		fast := &checkState{body: checkBody{Cost: math.NaN()}}
+		if !fastCheck(data, fast) {
+			return
+		}
+		slow := &checkState{body: checkBody{Cost: math.NaN()}}
+		if p := decodeStrict(data, nil, &slow.body, checkSchema); p != nil {
+			t.Fatalf("fastCheck takes %q, decodeStrict refuses it: %s", data, p.Detail)
+		}
+		if !sameBody(fast.body, slow.body) {
+			t.Fatalf("%q: fastCheck %+v, decodeStrict %+v", data, fast.body, slow.body)
+		}
+		pooled.body = checkBody{Cost: math.NaN(), Limits: pooled.body.Limits[:0]}
+		if !fastCheck(data, pooled) || !sameBody(pooled.body, fast.body) {
+			t.Fatalf("%q: a pooled state decodes %+v, a fresh one %+v", data, pooled.body, fast.body)
+		}
+	})
+}
+
+// sameBody compares decoded bodies, numbers bit for bit (NaN is the cost
+// left out; -0 is not 0), an empty list of limits like none.
+func sameBody(a, b checkBody) bool {
+	if a.Namespace != b.Namespace || a.Policy != b.Policy || a.Key != b.Key || a.Penalty != b.Penalty ||
+		math.Float64bits(a.Cost) != math.Float64bits(b.Cost) || len(a.Limits) != len(b.Limits) {
+		return false
+	}
+	for i := range a.Limits {
+		x, y := a.Limits[i], b.Limits[i]
+		if math.Float64bits(x.Limit) != math.Float64bits(y.Limit) || x.Window != y.Window || x.Type != y.Type ||
+			x.Precision != y.Precision || x.Burst.set != y.Burst.set || math.Float64bits(x.Burst.v) != math.Float64bits(y.Burst.v) {
+			return false
+		}
+	}
+	return true
+}
