@@ -259,7 +259,7 @@ func build(cfg Config, key string) []byte {
 // Config returns the driver's configuration with its defaults filled in.
 func (d *Driver) Config() Config { return d.cfg }
 
-// Close closes the connections.
+// Close closes the connections; a later run opens new ones.
 func (d *Driver) Close() {
 	for _, c := range d.conns {
 		c.close()
