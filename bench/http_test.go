@@ -26,7 +26,7 @@ import (
 // commands.
 
 var (
-	httpSuite    = flag.Bool("http.suite", false, "run TestHTTPSuite: the node's HTTP paths against their floors, interleaved rounds (about 13 minutes with the defaults)")
+	httpSuite    = flag.Bool("http.suite", false, "run TestHTTPSuite: the node's HTTP paths against their floors, interleaved rounds (about 11 minutes with the defaults)")
 	httpRounds   = flag.Int("http.rounds", 5, "TestHTTPSuite: rounds; each measures every case once, starting at a case of its own")
 	httpTime     = flag.Duration("http.time", 8*time.Second, "TestHTTPSuite: measured time of one case in one round")
 	httpWarmup   = flag.Duration("http.warmup", time.Second, "TestHTTPSuite: unmeasured load before each measurement, on the same connections")
