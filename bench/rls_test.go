@@ -1,27 +1,18 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
-	"slices"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -54,19 +45,9 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 1000000000}
 `
 
-// rlsService is a rate limit service under test: a process listening on
-// addr, with its Redis (nil for none).
-type rlsService struct {
-	name   string
-	addr   string
-	redis  *goredis.Client
-	settle time.Duration // how long after a run its store work may still come (a periodic sync)
-	pid    int
-}
-
 // rlsCase is one cell of the table.
 type rlsCase struct {
-	svc     *rlsService
+	svc     *service
 	workers int
 	keys    int
 	driver  *rlsload.Driver
@@ -78,15 +59,7 @@ func (c *rlsCase) String() string {
 }
 
 // rlsSample is one measurement of a case.
-type rlsSample struct {
-	res       rlsload.Result
-	cmds      float64 // Redis commands per decision sent by the service (EVALSHA counts one)
-	inScripts float64 // Redis commands per decision run by the scripts the service sent
-	usec      float64 // Redis usec per decision in the commands the service sent (a script's own include its commands')
-	redisCPU  float64 // Redis CPU µs per decision (INFO cpu)
-	serverCPU float64 // the service process's CPU µs per decision
-	perCmd    map[string]float64
-}
+type rlsSample = sample[rlsload.Result]
 
 // TestRLSSuite measures ShouldRateLimit: the node with strategy local,
 // Redis periodic (sync_rate 1s) and Redis synchronous (sync_rate 0s), and
@@ -98,15 +71,17 @@ func TestRLSSuite(t *testing.T) {
 	if !*rlsSuite {
 		t.Skip("measures for minutes: run with -rls.suite")
 	}
-	bin := buildRLSNode(t)
+	bin := buildNode(t)
 	dir := rlsConfigDir(t)
-	services := []*rlsService{
-		startRLSNode(t, bin, dir, "local", "local", 0, nil),
-		startRLSNode(t, bin, dir, "redis-periodic", "redis", time.Second, testenv.PrivateRedis(t)),
-		startRLSNode(t, bin, dir, "redis-sync", "redis", 0, testenv.PrivateRedis(t)),
+	services := []*service{
+		startRLSNode(t, bin, dir, "local", 0, nil),
+		startRLSNode(t, bin, dir, "redis-periodic", time.Second, testenv.PrivateRedis(t)),
+		startRLSNode(t, bin, dir, "redis-sync", 0, testenv.PrivateRedis(t)),
 	}
 	if *rlsUpCheck != "" {
-		services = append(services, startUpstream(t, *rlsUpCheck, testenv.PrivateRedis(t)))
+		up := startUpstream(t, buildUpstream(t, *rlsUpCheck), dir, testenv.PrivateRedis(t), upstreamGRPC)
+		waitRLS(t, up.addr)
+		services = append(services, up)
 	} else {
 		t.Log("envoyproxy/ratelimit: skipped (set -rls.upstream or RATESYNC_RLS_UPSTREAM to its source tree)")
 	}
@@ -138,15 +113,12 @@ func TestRLSSuite(t *testing.T) {
 	t.Logf("%d services, %d cases, %d rounds of %v each (+%v warm-up), %d connection(s) per case, GOMAXPROCS %d, %d CPUs",
 		len(services), len(cases), *rlsRounds, *rlsTime, *rlsWarmup, *rlsConns, procs(), numCPU())
 	ctx := context.Background()
-	for round := range *rlsRounds {
-		for i := range cases {
-			c := cases[(i+round*5)%len(cases)] // each round starts elsewhere
-			s := measureRLS(ctx, t, c, scripted, *rlsWarmup)
-			t.Logf("round %d %-30s %s; per decision: %.2f commands + %.2f in scripts, %.1f usec in commands, %.1f µs Redis CPU, %.1f µs service CPU",
-				round+1, c, s.res, s.cmds, s.inScripts, s.usec, s.redisCPU, s.serverCPU)
-			c.samples = append(c.samples, s)
-		}
-	}
+	interleave(*rlsRounds, len(cases), func(round, i int) {
+		c := cases[i]
+		s := measureRLS(ctx, t, c, scripted, *rlsWarmup)
+		t.Logf("round %d %-30s %s; %s", round+1, c, s.res, s.perDecision())
+		c.samples = append(c.samples, s)
+	})
 	t.Logf("ShouldRateLimit, %d rounds of %v per case, median [range]:\n%s", *rlsRounds, *rlsTime, rlsTable(cases))
 }
 
@@ -163,88 +135,14 @@ func measureRLS(ctx context.Context, t *testing.T, c *rlsCase, scripted map[stri
 		t.Fatal(err)
 	}
 	warmup.Close()
-	time.Sleep(c.svc.settle) // the warm-up's sync is not this run's
-	before := readRedisStats(t, c.svc.redis)
-	cpu0, _ := procCPU(c.svc.pid)
-	res, err := c.driver.Run(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(c.svc.settle)
-	cpu1, _ := procCPU(c.svc.pid)
-	after := readRedisStats(t, c.svc.redis)
-	if res.Errors > 0 || res.Over > 0 {
-		t.Errorf("%s: %s: want only OK answers", c, res)
-	}
-	s := rlsSample{res: res, perCmd: map[string]float64{}}
-	n := float64(res.Requests)
-	if n == 0 {
-		t.Fatalf("%s: no requests", c)
-	}
-	s.serverCPU = (cpu1 - cpu0) * 1e6 / n
-	if c.svc.redis != nil {
-		// INFO commandstats counts the commands a script runs as well as
-		// the script, whose usec includes theirs: when scripts ran, the
-		// commands our scripts call are taken for theirs.
-		scripts := false
-		for name, a := range after.cmds {
-			if isScript(name) && a.calls > before.cmds[name].calls {
-				scripts = true
-			}
-		}
-		for name, a := range after.cmds {
-			b := before.cmds[name]
-			calls, usec := float64(a.calls-b.calls)/n, float64(a.usec-b.usec)/n
-			if calls <= 0 {
-				continue
-			}
-			if scripts && scripted[name] {
-				s.perCmd[name+scriptSuffix] = calls
-				s.inScripts += calls
-				continue
-			}
-			s.perCmd[name] = calls
-			s.cmds += calls
-			s.usec += usec
-		}
-		s.redisCPU = (after.cpu - before.cpu) * 1e6 / n
+	s := measure(t, c.svc, scripted, func() (rlsload.Result, int64, error) {
+		res, err := c.driver.Run(ctx)
+		return res, res.Requests, err
+	})
+	if s.res.Errors > 0 || s.res.Over > 0 {
+		t.Errorf("%s: %s: want only OK answers", c, s.res)
 	}
 	return s
-}
-
-// scriptSuffix marks the commands a script ran in rlsSample.perCmd.
-const scriptSuffix = " (script)"
-
-// isScript tells the commands that run a script.
-func isScript(cmd string) bool {
-	switch cmd {
-	case "eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro":
-		return true
-	}
-	return false
-}
-
-var redisCall = regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
-
-// scriptCommands returns the commands the Redis store's Lua scripts call
-// (strategy/redis/*.lua), lower case as INFO commandstats names them.
-func scriptCommands(t *testing.T) map[string]bool {
-	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "strategy", "redis", "*.lua"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("the store's scripts: %v, %d files", err, len(files))
-	}
-	out := map[string]bool{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range redisCall.FindAllStringSubmatch(string(b), -1) {
-			out[strings.ToLower(m[1])] = true
-		}
-	}
-	return out
 }
 
 // rlsTable renders the cases' samples as the markdown table of
@@ -257,176 +155,22 @@ func rlsTable(cases []*rlsCase) string {
 			upstream[[2]int{c.workers, c.keys}] = c
 		}
 	}
+	rate := func(s rlsSample) float64 { return s.res.PerSecond() }
 	var b strings.Builder
 	b.WriteString("| service | workers | keys | decisions/s | x envoyproxy/ratelimit | p50 ms | p99 ms | Redis commands per decision | in scripts | Redis usec per decision | Redis CPU µs per decision | service CPU µs per decision |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cases {
-		rate := func(s rlsSample) float64 { return s.res.PerSecond() }
-		_, lo, hi := spread(column(c.samples, rate))
-		ratio := ""
-		if u := upstream[[2]int{c.workers, c.keys}]; u != nil && len(u.samples) == len(c.samples) {
-			// each round's ratio: the two ran minutes apart at most
-			var ratios []float64
-			for i, s := range c.samples {
-				ratios = append(ratios, rate(s)/rate(u.samples[i]))
-			}
-			med, lo, hi := spread(ratios)
-			ratio = fmt.Sprintf("%.2f [%.2f–%.2f]", med, lo, hi)
+		ratio := "" // each round's ratio: the two ran minutes apart at most
+		if u := upstream[[2]int{c.workers, c.keys}]; u != nil {
+			ratio = ratioCell(column(c.samples, rate), column(u.samples, rate))
 		}
-		cmds, nested, usec, rcpu := "", "", "", ""
-		if c.svc.redis != nil {
-			cmds = fmt.Sprintf("%.3f (%s)", median(c.samples, func(s rlsSample) float64 { return s.cmds }), perCmd(c.samples, false))
-			nested = fmt.Sprintf("%.3f", median(c.samples, func(s rlsSample) float64 { return s.inScripts }))
-			if p := perCmd(c.samples, true); p != "" {
-				nested += " (" + p + ")"
-			}
-			usec = fmt.Sprintf("%.2f", median(c.samples, func(s rlsSample) float64 { return s.usec }))
-			rcpu = fmt.Sprintf("%.1f", median(c.samples, func(s rlsSample) float64 { return s.redisCPU }))
-		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %s [%s–%s] | %s | %.2f | %.2f | %s | %s | %s | %s | %.1f |\n",
-			c.svc.name, c.workers, thousands(c.keys), thousands(int(median(c.samples, rate))), thousands(int(lo)), thousands(int(hi)), ratio,
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %.2f | %.2f | %s |\n",
+			c.svc.name, c.workers, thousands(c.keys), rateCell(column(c.samples, rate)), ratio,
 			median(c.samples, func(s rlsSample) float64 { return ms(s.res.P50) }),
 			median(c.samples, func(s rlsSample) float64 { return ms(s.res.P99) }),
-			cmds, nested, usec, rcpu,
-			median(c.samples, func(s rlsSample) float64 { return s.serverCPU }))
+			costColumns(c.samples, c.svc.redis != nil))
 	}
 	return b.String()
-}
-
-// perCmd names the commands of the samples (run by scripts, or sent by
-// the service) with their median calls per decision, largest first:
-// "evalsha 1.000".
-func perCmd(samples []rlsSample, inScripts bool) string {
-	names := map[string]bool{}
-	for _, s := range samples {
-		for n := range s.perCmd {
-			if strings.HasSuffix(n, scriptSuffix) == inScripts {
-				names[n] = true
-			}
-		}
-	}
-	type nc struct {
-		name string
-		per  float64
-	}
-	var out []nc
-	for n := range names {
-		out = append(out, nc{n, median(samples, func(s rlsSample) float64 { return s.perCmd[n] })})
-	}
-	slices.SortFunc(out, func(a, b nc) int {
-		if a.per != b.per {
-			if a.per > b.per {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
-	})
-	var parts []string
-	for _, c := range out {
-		if c.per >= 0.0005 {
-			parts = append(parts, fmt.Sprintf("%s %.3f", strings.TrimSuffix(c.name, scriptSuffix), c.per))
-		}
-	}
-	return strings.Join(parts, ", ")
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// median is the median of f over samples.
-func median(samples []rlsSample, f func(rlsSample) float64) float64 {
-	m, _, _ := spread(column(samples, f))
-	return m
-}
-
-func column(samples []rlsSample, f func(rlsSample) float64) []float64 {
-	v := make([]float64, len(samples))
-	for i, s := range samples {
-		v[i] = f(s)
-	}
-	return v
-}
-
-// spread returns the median, least and greatest of v (0s when empty).
-func spread(v []float64) (med, lo, hi float64) {
-	if len(v) == 0 {
-		return 0, 0, 0
-	}
-	v = slices.Sorted(slices.Values(v))
-	med = v[len(v)/2]
-	if len(v)%2 == 0 {
-		med = (v[len(v)/2-1] + v[len(v)/2]) / 2
-	}
-	return med, v[0], v[len(v)-1]
-}
-
-// thousands writes n with comma separators: 12,345.
-func thousands(n int) string {
-	s := strconv.Itoa(n)
-	for i := len(s) - 3; i > 0; i -= 3 {
-		s = s[:i] + "," + s[i:]
-	}
-	return s
-}
-
-// redisStats is what INFO commandstats and INFO cpu tell at one moment.
-type redisStats struct {
-	cmds map[string]cmdStat
-	cpu  float64
-}
-
-type cmdStat struct{ calls, usec int64 }
-
-// readRedisStats reads c's command stats (without INFO itself, which only
-// this harness sends) and CPU; nil c reads nothing.
-func readRedisStats(t *testing.T, c *goredis.Client) redisStats {
-	t.Helper()
-	st := redisStats{cmds: map[string]cmdStat{}}
-	if c == nil {
-		return st
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := c.Info(ctx, "commandstats").Result()
-	if err != nil {
-		t.Fatalf("INFO commandstats: %v", err)
-	}
-	st.cmds = parseCommandStats(s)
-	delete(st.cmds, "info")
-	cpu, ok := redisCPU(c)
-	if !ok {
-		t.Fatal("INFO cpu: no used_cpu_user and used_cpu_sys")
-	}
-	st.cpu = cpu
-	return st
-}
-
-// parseCommandStats reads the lines "cmdstat_NAME:calls=N,usec=N,..." of
-// INFO commandstats.
-func parseCommandStats(info string) map[string]cmdStat {
-	out := map[string]cmdStat{}
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		var cs cmdStat
-		for _, f := range strings.Split(rest, ",") {
-			k, v, _ := strings.Cut(f, "=")
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				continue
-			}
-			switch k {
-			case "calls":
-				cs.calls = n
-			case "usec":
-				cs.usec = n
-			}
-		}
-		out[strings.TrimPrefix(name, "cmdstat_")] = cs
-	}
-	return out
 }
 
 // rlsConfigDir writes the rate limit configuration: a directory "rls"
@@ -446,89 +190,24 @@ func rlsConfigDir(t *testing.T) string {
 	return dir
 }
 
-// buildRLSNode builds cmd/node into a temporary directory.
-func buildRLSNode(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the node: skipped with -short")
-	}
-	bin := filepath.Join(t.TempDir(), "ratesync-node")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/ratesync/ratesync/cmd/node").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/node: %v\n%s", err, out)
-	}
-	return bin
-}
-
 var rlsListening = regexp.MustCompile(`msg="rls listening" address=(\S+)`)
 
-// startRLSNode starts the node with an rls section of strategy and
-// syncRate (0: synchronous; ignored for local), counting on r (nil for
-// local).
-func startRLSNode(t *testing.T, bin, dir, name, strategy string, syncRate time.Duration, r *testenv.Redis) *rlsService {
+// startRLSNode starts the node with an rls section counting on r at
+// syncRate (0: synchronous), or with strategy local when r is nil.
+func startRLSNode(t *testing.T, bin, dir, name string, syncRate time.Duration, r *testenv.Redis) *service {
 	t.Helper()
-	yaml := "rls:\n  config: rls\n  strategy: " + strategy + "\n"
+	yaml := "rls:\n  config: rls\n"
 	var env []string
-	svc := &rlsService{name: name}
+	svc := &service{name: name}
 	if r != nil {
-		yaml += fmt.Sprintf("  sync_rate: %v\n  redis: {prefix: %s}\n", syncRate, r.Prefix)
-		env = append(env, "RATESYNC_REDIS_URL="+r.URL)
-		svc.redis = r.Client(t)
-		if syncRate > 0 {
-			svc.settle = syncRate + 200*time.Millisecond
-		}
+		section, e := useRedis(t, svc, r, syncRate, "  ")
+		yaml, env = yaml+section, e
+	} else {
+		yaml += "  strategy: local\n"
 	}
-	cfg := filepath.Join(dir, name+".yaml")
-	if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := startProcess(t, name, exec.Command(bin, "-config", cfg, "-listen", "127.0.0.1:0", "-rls-listen", "127.0.0.1:0"), env, rlsListening)
-	svc.addr, svc.pid = p.match, p.cmd.Process.Pid
+	startNode(t, bin, dir, svc, yaml, env, rlsListening, "-listen", "127.0.0.1:0", "-rls-listen", "127.0.0.1:0")
 	waitRLS(t, svc.addr)
 	return svc
-}
-
-// startUpstream builds envoyproxy/ratelimit from its source tree src and
-// starts it on r, with its defaults but for statsd (off) and its ports
-// (free loopback ones).
-func startUpstream(t *testing.T, src string, r *testenv.Redis) *rlsService {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ratelimit")
-	build := exec.Command("go", "build", "-o", bin, "./src/service_cmd")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./src/service_cmd in %s: %v\n%s", src, err, out)
-	}
-	dir := rlsConfigDir(t)
-	ports := freePorts(t, 3)
-	env := []string{
-		"REDIS_URL=" + r.Addr, "REDIS_SOCKET_TYPE=tcp", "USE_STATSD=false", "LOG_LEVEL=warn",
-		"RUNTIME_ROOT=" + filepath.Join(dir, "runtime"), "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
-		"PORT=" + strconv.Itoa(ports[0]), "GRPC_PORT=" + strconv.Itoa(ports[1]), "DEBUG_PORT=" + strconv.Itoa(ports[2]),
-	}
-	p := startProcess(t, "envoyproxy/ratelimit", exec.Command(bin), env, nil)
-	svc := &rlsService{name: "envoyproxy/ratelimit", addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])), redis: r.Client(t), pid: p.cmd.Process.Pid}
-	waitRLS(t, svc.addr)
-	return svc
-}
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		_ = ln.Close()
-	}
-	return ports
 }
 
 // waitRLS polls addr until a ShouldRateLimit of the bench domain answers
@@ -559,101 +238,21 @@ func waitRLS(t *testing.T, addr string) {
 	}
 }
 
-// process is a service started by the harness.
-type process struct {
-	cmd   *exec.Cmd
-	match string // the first submatch of the pattern startProcess waited for
-	mu    sync.Mutex
-	logs  strings.Builder
-	done  chan struct{}
-}
-
-func (p *process) log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.logs.String()
-}
-
-// startProcess starts cmd with env added, keeps its output, and when
-// pattern is set waits for a line matching it. The process is stopped
-// (an interrupt, then a kill after 10s) when t ends.
-func startProcess(t *testing.T, name string, cmd *exec.Cmd, env []string, pattern *regexp.Regexp) *process {
-	t.Helper()
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout = cmd.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	matches := make(chan string, 1)
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			if p.logs.Len() < 1<<20 {
-				p.logs.WriteString(line + "\n")
-			}
-			p.mu.Unlock()
-			if pattern != nil {
-				if m := pattern.FindStringSubmatch(line); m != nil {
-					select {
-					case matches <- m[1]:
-					default:
-					}
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-		_ = cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.log())
-		}
-	})
-	if pattern == nil {
-		return p
-	}
-	select {
-	case p.match = <-matches:
-	case <-p.done:
-		t.Fatalf("%s exited before listening:\n%s", name, p.log())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s not listening within 30s:\n%s", name, p.log())
-	}
-	return p
-}
-
-func numCPU() int { return runtime.NumCPU() }
-
 // TestRLSHarness runs TestRLSSuite's harness briefly: the node with
 // strategy local and with a synchronous Redis namespace, a few hundred
 // requests each, answered OK, with the Redis commands counted where they
 // belong.
 func TestRLSHarness(t *testing.T) {
-	bin := buildRLSNode(t)
+	bin := buildNode(t)
 	dir := rlsConfigDir(t)
-	local := startRLSNode(t, bin, dir, "local", "local", 0, nil)
-	synced := startRLSNode(t, bin, dir, "redis-sync", "redis", 0, testenv.PrivateRedis(t))
+	local := startRLSNode(t, bin, dir, "local", 0, nil)
+	synced := startRLSNode(t, bin, dir, "redis-sync", 0, testenv.PrivateRedis(t))
 	scripted := scriptCommands(t)
 	if !scripted["hincrby"] || scripted["evalsha"] {
 		t.Errorf("commands of the store's scripts: %v, want hincrby and no evalsha", scripted)
 	}
 	var cases []*rlsCase
-	for _, svc := range []*rlsService{local, synced} {
+	for _, svc := range []*service{local, synced} {
 		for _, keys := range []int{1, 100} {
 			d, err := rlsload.New(rlsload.Config{Target: svc.addr, Workers: 4, Conns: 2, Keys: keys, Requests: 300})
 			if err != nil {
@@ -664,34 +263,15 @@ func TestRLSHarness(t *testing.T) {
 			s := measureRLS(context.Background(), t, c, scripted, 100*time.Millisecond)
 			c.samples = append(c.samples, s)
 			cases = append(cases, c)
-			switch {
-			case s.res.OK != 300 || s.res.Requests != 300:
+			if s.res.OK != 300 || s.res.Requests != 300 {
 				t.Errorf("%s: %s, want 300 OK", c, s.res)
-			case svc.redis == nil && (s.cmds != 0 || s.inScripts != 0):
-				t.Errorf("%s: %.3f Redis commands per decision without Redis", c, s.cmds)
-			case svc.redis != nil && (s.perCmd["evalsha"] <= 0 || s.inScripts < 1 || s.usec <= 0):
-				t.Errorf("%s: per decision %v, %.3f in scripts, %.2f usec: want EVALSHA, a hit counted in a script, some usec", c, s.perCmd, s.inScripts, s.usec)
+			}
+			if p := s.misplaced(svc.redis != nil, svc.redis != nil); p != "" {
+				t.Errorf("%s: %s", c, p)
 			}
 		}
 	}
 	if tab := rlsTable(cases); strings.Count(tab, "\n") != len(cases)+2 {
 		t.Errorf("table:\n%s", tab)
-	}
-}
-
-func TestParseCommandStats(t *testing.T) {
-	info := "# Commandstats\r\n" +
-		"cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_config|resetstat:calls=1,usec=33,usec_per_call=33.00,rejected_calls=0,failed_calls=0\r\n" +
-		"cmdstat_hincrby:calls=30,usec=45,usec_per_call=1.50,rejected_calls=0,failed_calls=0\r\n"
-	got := parseCommandStats(info)
-	want := map[string]cmdStat{"evalsha": {12, 340}, "config|resetstat": {1, 33}, "hincrby": {30, 45}}
-	if len(got) != len(want) {
-		t.Fatalf("got %v, want %v", got, want)
-	}
-	for k, w := range want {
-		if got[k] != w {
-			t.Errorf("%s: %+v, want %+v", k, got[k], w)
-		}
 	}
 }
