@@ -4,9 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -32,6 +34,7 @@ var (
 	httpWarmup   = flag.Duration("http.warmup", time.Second, "TestHTTPSuite: unmeasured load before each measurement, on the same connections")
 	httpConns    = flag.Int("http.conns", 32, "TestHTTPSuite: keep-alive connections, each with one request in flight")
 	httpCases    = flag.String("http.cases", "", "TestHTTPSuite: a regexp; only the cases whose name (service/keys=n) matches run (a case's baseline is not added)")
+	httpProfile  = flag.String("http.profile", "", "TestHTTPSuite: a `directory`: in the first round, each node case is profiled while measured (CPU over the run, then allocations since the start), into NAME-keys=N.cpu.pprof and .allocs.pprof there")
 	httpUpstream = flag.String("http.upstream", os.Getenv("RATESYNC_RLS_UPSTREAM"), "TestHTTPSuite: a source tree of envoyproxy/ratelimit to build and measure too (default $RATESYNC_RLS_UPSTREAM; empty: that row is skipped)")
 )
 
@@ -111,7 +114,17 @@ func startCheckNode(t *testing.T, bin, dir, name string, syncRate time.Duration,
 	} else {
 		yaml += "    strategy: local\n"
 	}
-	return startNode(t, bin, dir, svc, yaml, env, apiListening, "-listen", "127.0.0.1:0")
+	return startNode(t, bin, dir, svc, yaml, env, apiListening, nodeArgs()...)
+}
+
+// nodeArgs are the node's flags: its API on a free port, and its
+// profiler on another when -http.profile is set.
+func nodeArgs(extra ...string) []string {
+	args := append([]string{"-listen", "127.0.0.1:0"}, extra...)
+	if *httpProfile != "" {
+		args = append(args, "-pprof-listen", "127.0.0.1:0")
+	}
+	return args
 }
 
 // startGateway starts the node as a gateway to upstream (an address): a
@@ -130,7 +143,7 @@ gateway:
   routes:
     - {path: /, policy: bench}
 `
-	return startNode(t, bin, dir, &service{name: svcGateway}, yaml, nil, gatewayListening, "-listen", "127.0.0.1:0")
+	return startNode(t, bin, dir, &service{name: svcGateway}, yaml, nil, gatewayListening, nodeArgs()...)
 }
 
 // waitHTTP asks svc req until it answers 200, for 30s at most.
@@ -243,11 +256,64 @@ func TestHTTPSuite(t *testing.T) {
 	ctx := context.Background()
 	interleave(*httpRounds, len(cases), func(round, i int) {
 		c := cases[i]
+		var prof func()
+		if round == 0 && *httpProfile != "" && c.svc.pprof != "" {
+			prof = profile(t, c, *httpProfile, *httpWarmup, *httpTime)
+		}
 		s := measureHTTP(ctx, t, c, scripted, *httpWarmup)
+		if prof != nil {
+			prof()
+		}
 		t.Logf("round %d %-30s %s; %s", round+1, c, s.res, s.perDecision())
 		c.samples = append(c.samples, s)
 	})
 	t.Logf("HTTP/1.1, %d connections, %d rounds of %v per case, median [range]:\n%s", *httpConns, *httpRounds, *httpTime, httpTable(cases))
+}
+
+// profile starts a CPU profile of c's node that covers its measured run
+// (which starts after warm and lasts run), and returns a function that
+// waits for it and takes the allocation profile, writing both into dir.
+// Read them with go tool pprof (see bench/README.md).
+func profile(t *testing.T, c *httpCase, dir string, warm, run time.Duration) (wait func()) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Join(dir, strings.ReplaceAll(c.String(), "/", "-"))
+	secs := max(1, int((run-run/8)/time.Second))
+	fetch := func(url, file string) error {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			_ = f.Close()
+			return err
+		}
+		return f.Close()
+	}
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(warm + run/16) // into the measured run
+		done <- fetch(fmt.Sprintf("%sprofile?seconds=%d", c.svc.pprof, secs), base+".cpu.pprof")
+	}()
+	return func() {
+		if err := <-done; err != nil {
+			t.Errorf("%s: CPU profile: %v", c, err)
+		}
+		if err := fetch(c.svc.pprof+"allocs", base+".allocs.pprof"); err != nil {
+			t.Errorf("%s: allocation profile: %v", c, err)
+		}
+		t.Logf("%s: profiles %s.cpu.pprof, %s.allocs.pprof", c, base, base)
+	}
 }
 
 // measureHTTP warms c up for warm, then measures it once, then closes its

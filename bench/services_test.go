@@ -35,6 +35,7 @@ type service struct {
 	redis  *goredis.Client
 	settle time.Duration // how long after a run its store work may still come (a periodic sync)
 	pid    int
+	pprof  string // the node's profiler, http://host:port/debug/pprof/, when started with -pprof-listen
 }
 
 // useRedis makes svc count on r with the given sync rate (0:
@@ -381,8 +382,14 @@ func startNode(t *testing.T, bin, dir string, svc *service, yaml string, env []s
 	}
 	p := startProcess(t, svc.name, exec.Command(bin, append([]string{"-config", cfg}, args...)...), env, pattern)
 	svc.addr, svc.pid = p.match, p.cmd.Process.Pid
+	// The node logs its profiler's URL before it listens.
+	if m := pprofListening.FindStringSubmatch(p.log()); m != nil {
+		svc.pprof = m[1]
+	}
 	return svc
 }
+
+var pprofListening = regexp.MustCompile(`msg="profiler listening" url=(\S+)`)
 
 // buildCommand builds the command pkg (an import path) into a temporary
 // directory and returns the binary's path.
