@@ -1,11 +1,12 @@
 package redis
 
-// argv is the ARGV of a script call running one group, laid out as
-// lane.lua, push.lua and check.lua read it: seq, the lane record TTL, then
-// the group's arguments preceded by their number. It is the one code that
-// writes that layout: push and CheckAndCount build their groups' ARGV with
-// its methods only, each method appending what one line of a script's
-// header comment describes, and join puts groups in one call.
+// argv is the ARGV of a script call running one push group, laid out as
+// lane.lua and push.lua read it: seq, the lane record TTL, then the
+// group's arguments preceded by their number. It is the one code that
+// writes that layout: push builds its groups' ARGV with its methods only,
+// each method appending what one line of push.lua's header comment
+// describes, and join puts groups in one call. (CheckAndCount's calls are
+// laid out by checkCall, for check.lua.)
 //
 // Strings, TTLs and other big numbers go by pointer (*string, *int64: see
 // numArgs), which go-redis writes without boxing each; they point into
@@ -30,13 +31,6 @@ func newArgv(seq, laneTTL any, size int) argv {
 func (a argv) done() argv {
 	a[2] = len(a) - argvHead
 	return a
-}
-
-// ttls appends the TTL of each window hash of the group, in ms.
-func (a *argv) ttls(ttls []int64) {
-	for i := range ttls {
-		*a = append(*a, &ttls[i])
-	}
 }
 
 // numArgs holds numbers of a call's arguments, which go by pointer: ints
@@ -79,10 +73,18 @@ const (
 
 // pushGroup appends the head of a push group: its mode, its number of
 // window hashes m (len(ttls)), its number of keys, its number of keyed
-// diffs, the hashes' TTLs.
-func (a *argv) pushGroup(mode string, nkeys, nbuckets int, ttls []int64) {
+// diffs, then each hash's TTL (ms) and "1" when a diff reads it over a
+// span longer than its size (spans, parallel to ttls or shorter: see
+// group.spans), else "0".
+func (a *argv) pushGroup(mode string, nkeys, nbuckets int, ttls, spans []int64) {
 	*a = append(*a, mode, len(ttls), nkeys, nbuckets)
-	a.ttls(ttls)
+	for i := range ttls {
+		flag := "0"
+		if i < len(spans) && spans[i] > 0 {
+			flag = "1"
+		}
+		*a = append(*a, &ttls[i], flag)
+	}
 }
 
 // keyedDiff appends a diff of a bucket, anchored window or log: its type
@@ -105,64 +107,12 @@ func (a *argv) diff(field, value *string) { *a = append(*a, field, value) }
 // pushArgs returns the size of the ARGV of a push group of m window
 // hashes, nb keyed diffs and the given runs, at most.
 func pushArgs(m, nb int, runs []run) int {
-	n := argvHead + 4 + m + 6*nb
+	n := argvHead + 4 + 2*m + 6*nb
 	for _, r := range runs {
 		n += 3 + 2*len(r.idx)
 	}
 	return n
 }
-
-// Check groups (check.lua): checkGroup, then each check (check) followed
-// by its window limits (limit), then its keyed limits (keyedLimit).
-
-// checkGroup appends the head of a check group: its number of window
-// hashes m (len(ttls)), its number of keys, whether its checks name
-// distinct fields and have one plain window limit each and no keyed limit
-// (simple: the script skips its value cache), the hashes' TTLs.
-func (a *argv) checkGroup(nkeys int, simple bool, ttls []int64) {
-	if simple {
-		*a = append(*a, len(ttls), nkeys, "1")
-	} else {
-		*a = append(*a, len(ttls), nkeys, "0")
-	}
-	a.ttls(ttls)
-}
-
-// check appends the head of a check: its field, its cost, its number of
-// window limits and its number of keyed limits.
-func (a *argv) check(field, cost *string, nlimits, nbuckets int) {
-	*a = append(*a, field, cost, nlimits, nbuckets)
-}
-
-// limit appends a window limit of a check: the number of windows it
-// reads, their hash numbers (the current window first, then the ones
-// before it: the previous one, or the sub-windows of a precision limit),
-// their size (ms), the ms elapsed in the current window (nil: a fixed
-// window), the limit.
-func (a *argv) limit(hashes []int, size, elapsed *int64, limit *string) {
-	var e any = "F"
-	if elapsed != nil {
-		e = elapsed
-	}
-	*a = append(*a, len(hashes))
-	for _, h := range hashes {
-		*a = append(*a, h)
-	}
-	*a = append(*a, size, e, limit)
-}
-
-// keyedLimit appends a limit of a check on a bucket, anchored window or
-// log: its type (keyedType), its key number h, the check's clock (ms), the
-// window (ms), the limit (a bucket's rate) and a bucket's burst ("" for
-// the others).
-func (a *argv) keyedLimit(typ string, h int, now, window *int64, limit *string, burst any) {
-	*a = append(*a, typ, h, now, window, limit, burst)
-}
-
-// checkArgs returns the size of the ARGV of a check group of m window
-// hashes and n checks of one plain window limit each (more limits, or
-// deeper ones, grow it).
-func checkArgs(m, n int) int { return argvHead + 3 + m + 10*n }
 
 // Calls of several groups.
 

@@ -1,7 +1,10 @@
 package redis
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,8 +32,8 @@ func show(args []any) string {
 	return strings.Join(parts, " ")
 }
 
-// The ARGV of each kind of group, as push.lua and check.lua read it (see
-// their header comments). A change here is a change of the wire format:
+// The ARGV of each kind of group, and of a check call, as push.lua and
+// check.lua read them (see their header comments). A change here is a change of the wire format:
 // the scripts must change with it.
 func TestArgvLayout(t *testing.T) {
 	cfg, err := Config{Shards: 1}.withDefaults()
@@ -57,10 +60,11 @@ func TestArgvLayout(t *testing.T) {
 		want  string
 	}{
 		// mode, m, k (the lane, 2 hashes, 2 buckets, a log's entries and
-		// sum, an anchored window), d, TTLs, then the keyed diffs: type,
-		// key number, at, cost, window, rate; then runs by hash: h, n, n
+		// sum, an anchored window), d, TTLs (each with "0": no diff reads
+		// its hash over a longer span), then the keyed diffs: type, key
+		// number, at, cost, window, rate; then runs by hash: h, n, n
 		// (field, value).
-		{false, `"00000000000000000007" 86400000 46 "0" 2 8 5 5000 5000 ` +
+		{false, `"00000000000000000007" 86400000 48 "0" 2 8 5 5000 "0" 5000 "0" ` +
 			`"b" 3 1234 "2" 1000 "3" "b" 4 1235 "0.5" 60000 "0.25" "b" 3 1236 "1" 1000 "3" ` +
 			`"l" 5 1237 "1" 1000 "5" "a" 7 1238 "2" 1000 "4" ` +
 			`1 2 "a" "1" "a" "2" 2 1 "b" "0.5"`},
@@ -68,7 +72,7 @@ func TestArgvLayout(t *testing.T) {
 		// previous windows, then the keyed keys), d, TTLs, keyed diffs,
 		// then runs in batch order: h, previous window's h, n, n (field,
 		// value).
-		{true, `"00000000000000000007" 86400000 51 "1" 2 10 5 5000 5000 ` +
+		{true, `"00000000000000000007" 86400000 53 "1" 2 10 5 5000 "0" 5000 "0" ` +
 			`"b" 5 1234 "2" 1000 "3" "b" 6 1235 "0.5" 60000 "0.25" "b" 5 1236 "1" 1000 "3" ` +
 			`"l" 7 1237 "1" 1000 "5" "a" 9 1238 "2" 1000 "4" ` +
 			`1 3 1 "a" "1" 2 4 1 "b" "0.5" 1 3 1 "a" "2"`},
@@ -96,26 +100,38 @@ func TestArgvLayout(t *testing.T) {
 		}},
 		{Namespace: "ns", Key: "b", Cost: 0.5, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 10}}},
 	}
-	strs := newCheckStrings(checks, 7)
-	gr := grouper{shards: 1}
-	for i, c := range checks {
-		g := gr.of(c.Namespace, c.Key)
-		g.items = append(g.items, i)
+	cc := s.encodeChecks("n", 7, checks)
+	if len(cc.gs) != 1 {
+		t.Fatalf("%d groups, want 1", len(cc.gs))
 	}
-	lims, hashes := s.checkHashes(gr.gs, checks, 7)
-	s.encodeCheck(gr.gs[0], "n", seq, checks, lims, hashes, &strs)
-	// m, k (the lane, 6 hashes, 1 bucket, a log's entries and sum, an
-	// anchored window), simple ("0": a check of several limits), TTLs (0
-	// for the windows no check counts in; the 1 s window the longest of
-	// its limits': until 3 s after its end), then each check: field, cost,
-	// L, B, then L window limits: d, the h of its d windows (current
-	// first), size, elapsed or "F", limit; then B keyed limits: type, key
-	// number, now, window, limit (rate), a bucket's burst.
-	want := `"00000000000000000007" 86400000 61 6 11 "0" 95000 0 9000 0 0 0 ` +
-		`"a" "1" 3 3 2 1 2 60000 30000 "10" 2 3 4 1000 "F" "2" 4 3 4 5 6 1000 0 "4" ` +
-		`"b" 7 90000 1000 "3" "5" "l" 8 90000 1000 "6" "" "a" 10 90000 60000 "7" "" ` +
-		`"b" "0.5" 1 0 2 1 2 60000 30000 "10"`
-	if got := show(gr.gs[0].args); got != want {
+	// The windows of the call: 6, each with its TTL (0 for the windows no
+	// check counts in; the 1 s window the longest of its limits': until 3
+	// s after its end, and "1": the precision limit reads it over 3 s);
+	// the plans: 2, their numbers (shown here decoded, in brackets), each
+	// plan's: cost, now, L, B, then L window limits: d, the numbers of its
+	// d windows (current first), size, elapsed or -1 (fixed), limit; then
+	// B keyed limits: type (1 bucket, 2 anchored, 3 log), window, limit
+	// (rate), a bucket's burst or 0; then each plan's strings: cost, its
+	// keyed limits' limits. Then the groups' heads: 'g' (general: a check
+	// has several limits), 2 checks, 10 keys (6 hashes, 1 bucket, a log's
+	// entries and sum, an anchored window); the checks' plans; then each
+	// check: field, the key number of each keyed limit.
+	args := slices.Clone(cc.args)
+	at := 3 + 2*len(cc.wins) + 1
+	blob := args[at].(string)
+	nums := make([]string, len(blob)/8)
+	for k := range nums {
+		nums[k] = fmt.Sprint(math.Float64frombits(binary.BigEndian.Uint64([]byte(blob[8*k:]))))
+	}
+	args[at] = "[" + strings.Join(nums, " ") + "]"
+	want := `"00000000000000000007" 86400000 6 95000 "0" 0 "0" 9000 "1" 0 "0" 0 "0" 0 "0" ` +
+		`2 "[1 90000 3 3 2 1 2 60000 30000 10 2 3 4 1000 -1 2 4 3 4 5 6 1000 0 4 ` +
+		`1 1000 3 5 3 1000 6 0 2 60000 7 0 ` +
+		`0.5 90000 1 0 2 1 2 60000 30000 10]" ` +
+		`"1" "3" "6" "7" "0.5" ` +
+		`"g\x00\x02\x00\n" "\x01\x02" ` +
+		`"a" 7 8 10 "b"`
+	if got := show(args); got != want {
 		t.Errorf("check:\n got  %s\n want %s", got, want)
 	}
 }

@@ -2,9 +2,12 @@ package redis
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratesync/ratesync/strategy"
@@ -12,8 +15,9 @@ import (
 
 // CheckAndCount decides and counts each check in the store, at most once
 // per (node, seq): the checks of one namespace shard (so every check of one
-// key) run in one check.lua script, in order, atomically; the shards run in
-// one pipelined round trip. A check passes when every limit lets it:
+// key) run in one check.lua script, in order, atomically, and on a client
+// of one server the shards of the call (up to mergeMax checks) share that
+// script; the scripts run in one pipelined round trip. A check passes when every limit lets it:
 // strategy.WindowFits for a window limit, with the time elapsed in the
 // current window from the check's Now (strategy.SpanFits over the Depth
 // sub-windows of a limit with a Precision), and strategy.BucketFits for a
@@ -28,16 +32,17 @@ import (
 // state holds, for a check that did not pass and that the log refuses,
 // the instant it fits (strategy.RetryAt).
 //
-// Each shard records seq with the decisions of its checks, in the same
-// atomic step (the lane record: see the package documentation). When seq
-// is the last one applied in a check's shard and was applied by a call (a
-// retry of the same call, the same checks in the same order: its reply was
-// lost, or go-redis resent the script), that check counts nothing again
-// and is returned as decided then, with the current totals and keyed
-// states. When seq is below the last one applied there (its decisions are
-// no longer kept), or was applied by a push (or by a release that recorded
-// no decisions), the check counts nothing and is returned not allowed,
-// with the current totals and keyed states. Checks share lane records with
+// Each script records seq with the decisions of its checks, in the same
+// atomic step, in the lane record of its first shard, which stands for
+// every shard of the script (see the package documentation). When seq is
+// the last one that record holds and a call applied it (a retry of the
+// same call, the same checks in the same order: its reply was lost, or
+// go-redis resent the script), the checks count nothing again and are
+// returned as decided then, with the current totals and keyed states.
+// When seq is below the last one applied there (its decisions are no
+// longer kept), or was applied by a push (or by a release that recorded no
+// decisions), the checks count nothing and are returned not allowed, with
+// the current totals and keyed states. Checks share lane records with
 // PushDiffs: a node numbers its pushes and checks from one sequence, or
 // uses different node names for them.
 func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
@@ -55,21 +60,10 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 	if len(checks) == 0 {
 		return out, nil
 	}
-	strs := newCheckStrings(checks, nlim)
-	gr := grouper{shards: s.cfg.Shards}
-	for i, c := range checks {
-		g := gr.of(c.Namespace, c.Key)
-		g.items = append(g.items, i)
-	}
-	lims, hashes := s.checkHashes(gr.gs, checks, nlim)
-	sq := any(seqArg(seq))
-	for _, g := range gr.gs {
-		lims = s.encodeCheck(g, node, sq, checks, lims, hashes, &strs)
-	}
-
-	gs := gr.gs
+	cc := s.encodeChecks(node, seq, checks)
+	gs := cc.gs
 	op := func() string { return fmt.Sprintf("check %d requests of node %q, seq %d", len(checks), node, seq) }
-	if err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, checkScript, gs) }); err != nil {
+	if err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, checkScript, gs, cc.invocations) }); err != nil {
 		return nil, err
 	}
 	if err := checkResults(gs, checks, nlim, out, op); err != nil {
@@ -78,117 +72,372 @@ func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, chec
 	return out, nil
 }
 
-// limitKeys locates the keys of one limit of a check in its group: the
-// hashes of a window limit are hashes[lo:hi] of the call (hash numbers,
-// the window holding the check's Now first, then the ones before it); the
-// key of a bucket, anchored window or log is number keyed of the group's
-// buckets (see group.keyed).
-type limitKeys struct{ lo, hi, keyed int }
+// checkCall is a CheckAndCount call encoded as check.lua reads it: the
+// windows and plans of the call, which every group shares, the groups'
+// heads and the checks' plans as two strings of bytes, then each group's
+// checks. Its values live in slices of the call, never in the caller's
+// checks: the exchange may outlive the call (see call).
+type checkCall struct {
+	gs []*group
 
-// checkHashes gives each group the hashes of its checks' windows, with
-// the TTL of each (the longest any check counting in it asks), and the
-// keys of its checks' buckets, anchored windows and logs, and returns the
-// keys of every limit, in the order of the groups' items, with the hash
-// numbers they point into.
+	wins  []window       // the call's windows, numbered 1.. in this order: every group has the hash of each
+	ttls  []int64        // TTL (ms) of each window's hash: the longest a check of the call counting in it asks (0: none counts in it)
+	spans []bool         // each window is read over a span longer than its size (a precision limit counts in it)
+	index map[window]int // window -> its number, once wins outgrows a linear search
+
+	plans []plan
+	width int    // bytes per plan number in planBytes: 1, or 2 past 255 plans
+	heads string // 5 bytes per group: how check.lua runs it ('s', 'r' or 'g': see how), its checks, its keys (2 bytes each, big-endian)
+	pns   string // each check's plan number, width bytes each (big-endian), group after group
+
+	args argv     // seq, lane TTL, windows, plans (the head of them), heads, pns, then the groups' checks (each g.lo:g.hi)
+	buf  struct { // room for the windows of most calls, and their numbers
+		wins  [4]window
+		ttls  [4]int64
+		spans [4]bool
+		ints  [8]int64
+	}
+	head  int      // len of the head of args
+	keys  []string // the first group's lane record, then the groups' keys (each g.klo:g.khi)
+	nums  *numArgs // numbers of args that go by pointer
+	field []string // each check's key, the field it names
+	costs floatMemo
+	lims  floatMemo
+}
+
+// plan is what checks of one call that share their cost, clock and limits
+// share in check.lua: their plan number (1..) stands for all three.
+type plan struct {
+	now    int64 // ms
+	cost   float64
+	limits []strategy.CheckLimit
+	simple int // the number of the current window of its one limit, a plain window limit (Depth 2); 0 for any other plan
+}
+
+// planMax bounds the plans a check's plan is looked up among: the newest
+// ones. A call with more distinct plans sends some twice.
+const planMax = 32
+
+// encodeChecks encodes the checks of node's call seq: groups by namespace
+// shard, the windows and plans they share, each group's keys and
+// arguments, and the reply each group adds (g.nout).
+func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *checkCall {
+	n := len(checks)
+	cc := &checkCall{}
+	cc.wins, cc.ttls, cc.spans = cc.buf.wins[:0], cc.buf.ttls[:0], cc.buf.spans[:0]
+	cc.nums = &numArgs{ints: cc.buf.ints[:0]}
+	gr := grouper{shards: s.cfg.Shards}
+	ints := make([]int, 3*n) // each check's plan number, its group's number, then the groups' items
+	pl, gi, items := ints[:n], ints[n:2*n], ints[2*n:]
+	strs := make([]string, n)
+	cc.field = strs
+	nargs := 0
+	for i := range checks {
+		c := &checks[i]
+		cc.field[i] = c.Key
+		g := gr.of(c.Namespace, c.Key)
+		g.n++
+		gi[i] = slices.Index(gr.gs, g) // gr.gs is short: the shards a call touches
+		pl[i] = cc.plan(s, c)
+		nargs++
+		for _, l := range c.Limits {
+			if l.Kind != 0 {
+				nargs++
+			}
+		}
+	}
+	cc.gs = gr.gs
+	off := 0
+	for _, g := range cc.gs {
+		g.items, off = items[off:off:off+g.n], off+g.n
+	}
+	for i := range checks {
+		g := cc.gs[gi[i]]
+		g.items = append(g.items, i)
+	}
+	head := 3 + 2*len(cc.wins) + 2 + len(cc.plans) + nkeyed(cc.plans)
+	cc.args = make(argv, 0, head+2+nargs)
+	cc.args = append(cc.args, seqArg(seq), s.laneTTL, len(cc.wins))
+	for w := range cc.wins {
+		flag := "0"
+		if cc.spans[w] {
+			flag = "1"
+		}
+		cc.args = append(cc.args, &cc.ttls[w], flag)
+	}
+	cc.args = append(cc.args, len(cc.plans), nil) // then the plans' numbers, set below
+	nums := make([]byte, 0, 8*(4+8)*len(cc.plans))
+	for k := range cc.plans {
+		nums = cc.encodePlan(nums, &cc.plans[k])
+	}
+	cc.args[len(cc.args)-1-len(cc.plans)-nkeyed(cc.plans)] = string(nums)
+	cc.head = len(cc.args)
+	cc.width = 1
+	if len(cc.plans) > 255 {
+		cc.width = 2
+	}
+
+	// The keys, in one string: each group's lane record, then its windows'
+	// hashes and keyed keys.
+	klen, nkeys := 0, 1
+	for _, g := range cc.gs {
+		g.wins = cc.wins
+		for _, i := range g.items {
+			for _, l := range checks[i].Limits {
+				if l.Kind != 0 {
+					g.keyed(checks[i].Key, l.Kind, l.WindowSize.Milliseconds())
+				}
+			}
+		}
+		klen += s.keysLen(g, node)
+		nkeys += len(cc.wins) + len(g.bkeys)
+	}
+	var b strings.Builder
+	b.Grow(klen)
+	ends := make([]int, 0, nkeys+len(cc.gs))
+	for _, g := range cc.gs {
+		ends = s.appendKeys(&b, ends, g, node)
+	}
+	all := b.String()
+	cc.keys = make([]string, 1, nkeys)
+	heads := make([]byte, 0, 5*len(cc.gs)+cc.width*n)
+	k, start := 0, 0
+	for _, g := range cc.gs {
+		g.lane = all[start:ends[k]]
+		start, k = ends[k], k+1
+		g.klo = len(cc.keys)
+		for range len(cc.wins) + len(g.bkeys) {
+			cc.keys = append(cc.keys, all[start:ends[k]])
+			start, k = ends[k], k+1
+		}
+		g.khi = len(cc.keys)
+		nk := g.khi - g.klo
+		heads = append(heads, cc.how(g, pl), byte(len(g.items)>>8), byte(len(g.items)), byte(nk>>8), byte(nk))
+	}
+	cc.keys[0] = cc.gs[0].lane
+	for _, g := range cc.gs {
+		g.c0 = len(heads) - 5*len(cc.gs)
+		for _, i := range g.items {
+			if cc.width == 2 {
+				heads = append(heads, byte(pl[i]>>8))
+			}
+			heads = append(heads, byte(pl[i]))
+		}
+	}
+	hs := string(heads)
+	cc.heads, cc.pns = hs[:5*len(cc.gs)], hs[5*len(cc.gs):]
+	cc.args = append(cc.args, cc.heads, cc.pns)
+	for _, g := range cc.gs {
+		g.lo = len(cc.args)
+		g.nout = 0
+		for _, i := range g.items {
+			c := &checks[i]
+			g.nout += replyLen(c)
+			cc.args = append(cc.args, &cc.field[i])
+			for _, l := range c.Limits {
+				if l.Kind != 0 {
+					cc.args = append(cc.args, len(cc.wins)+g.keyed(c.Key, l.Kind, l.WindowSize.Milliseconds()))
+				}
+			}
+		}
+		g.hi = len(cc.args)
+	}
+	return cc
+}
+
+// nkeyed returns the number of keyed limits of the plans.
+func nkeyed(plans []plan) int {
+	n := 0
+	for _, p := range plans {
+		for _, l := range p.limits {
+			if l.Kind != 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// how returns how check.lua runs group g, whose checks have the plans pl:
+// 's' (its simple path) when each check has one plain window limit, all
+// on the same windows, and they name distinct fields, 'r' when they may
+// name a field twice, else 'g' (its general path).
+func (cc *checkCall) how(g *group, pl []int) byte {
+	w := cc.plans[pl[g.items[0]]-1].simple
+	for _, i := range g.items {
+		if w == 0 || cc.plans[pl[i]-1].simple != w {
+			return 'g'
+		}
+	}
+	if !distinctKeys(cc.field, g.items) {
+		return 'r'
+	}
+	return 's'
+}
+
+// window returns the number of window w of the call, adding it.
+func (cc *checkCall) window(w window) int {
+	if cc.index == nil {
+		for i, x := range cc.wins {
+			if x == w {
+				return i + 1
+			}
+		}
+		if len(cc.wins) < linearMax {
+			cc.wins, cc.ttls, cc.spans = append(cc.wins, w), append(cc.ttls, 0), append(cc.spans, false)
+			return len(cc.wins)
+		}
+		cc.index = make(map[window]int, 2*len(cc.wins))
+		for i, x := range cc.wins {
+			cc.index[x] = i + 1
+		}
+	}
+	if h, ok := cc.index[w]; ok {
+		return h
+	}
+	cc.wins, cc.ttls, cc.spans = append(cc.wins, w), append(cc.ttls, 0), append(cc.spans, false)
+	cc.index[w] = len(cc.wins)
+	return len(cc.wins)
+}
+
+// plan returns the plan number of check c, adding its plan, and the
+// windows its window limits read, with the TTL and span each asks of its
+// current window.
 //
 // A window limit reads Depth windows of size Sub: its current and previous
 // windows, or the sub-windows of a precision limit. It counts in the
 // current one, which lasts until the limit's span (WindowSize) slides past
 // it.
-func (s *Store) checkHashes(gs []*group, checks []strategy.Check, nlim int) ([]limitKeys, []int) {
-	lims := make([]limitKeys, 0, nlim)
-	hashes := make([]int, 0, 2*nlim)
-	for _, g := range gs {
-		for _, i := range g.items {
-			c := &checks[i]
-			now := c.Now.UnixMilli()
-			for j := range c.Limits {
-				l := &c.Limits[j]
-				if l.Kind != 0 {
-					lims = append(lims, limitKeys{keyed: g.keyed(c.Key, l.Kind, l.WindowSize.Milliseconds())})
-					continue
-				}
-				size := l.Sub().Milliseconds()
-				start := strategy.WindowStart(c.Now, l.Sub()).UnixMilli()
-				lo := len(hashes)
-				for back := range l.Depth() {
-					h, added := g.hash(window{size, start - int64(back)*size})
-					if added {
-						g.ttls = append(g.ttls, 0) // read only, unless a check counts in it
-					}
-					hashes = append(hashes, h)
-				}
-				cur := hashes[lo]
-				g.ttls[cur-1] = max(g.ttls[cur-1], s.windowTTL(start, size, l.WindowSize.Milliseconds(), now))
-				lims = append(lims, limitKeys{lo: lo, hi: len(hashes)})
-			}
+func (cc *checkCall) plan(s *Store, c *strategy.Check) int {
+	now := c.Now.UnixMilli()
+	for _, l := range c.Limits {
+		if l.Kind != 0 {
+			continue
+		}
+		size := l.Sub().Milliseconds()
+		start := strategy.WindowStart(c.Now, l.Sub()).UnixMilli()
+		for back := range l.Depth() {
+			cc.window(window{size, start - int64(back)*size})
+		}
+		cur := cc.window(window{size, start}) - 1
+		cc.ttls[cur] = max(cc.ttls[cur], s.windowTTL(start, size, l.WindowSize.Milliseconds(), now))
+		cc.spans[cur] = cc.spans[cur] || l.WindowSize.Milliseconds() > size
+	}
+	for k := len(cc.plans) - 1; k >= max(0, len(cc.plans)-planMax); k-- {
+		p := &cc.plans[k]
+		if p.now == now && math.Float64bits(p.cost) == math.Float64bits(c.Cost) && slices.Equal(p.limits, c.Limits) {
+			return k + 1
 		}
 	}
-	return lims, hashes
-}
-
-// checkStrings holds the strings and numbers of a CheckAndCount call's
-// arguments, which the scripts get by pointer: the checks' fields, then
-// each check's cost and each limit's limit (rate, burst); the sizes and
-// elapsed times of window limits, the clocks and windows of bucket limits
-// (a batch mostly repeats the same few strings, formatted once). They live
-// in slices of this call, never in the caller's checks: the exchange may
-// outlive the call (see call).
-type checkStrings struct {
-	fields []string
-	nums   []string // a cost per check, two per limit
-	k      int      // nums used
-	ints   *numArgs
-
-	costs, limits, bursts floatMemo
-}
-
-func newCheckStrings(checks []strategy.Check, nlim int) checkStrings {
-	strs := make([]string, 2*len(checks)+2*nlim)
-	cs := checkStrings{fields: strs[:len(checks)], nums: strs[len(checks):], ints: newNumArgs(2 * nlim)}
-	for i, c := range checks {
-		cs.fields[i] = c.Key
+	p := plan{now: now, cost: c.Cost, limits: c.Limits}
+	if len(c.Limits) == 1 && c.Limits[0].Kind == 0 && c.Limits[0].Depth() == 2 {
+		l := &c.Limits[0]
+		p.simple = cc.window(window{l.Sub().Milliseconds(), strategy.WindowStart(c.Now, l.Sub()).UnixMilli()})
 	}
-	return cs
+	cc.plans = append(cc.plans, p)
+	return len(cc.plans)
 }
 
-// format returns the next of nums, holding v as m formats it.
-func (cs *checkStrings) format(m *floatMemo, v float64) *string {
-	p := &cs.nums[cs.k]
-	*p = m.format(v)
-	cs.k++
-	return p
-}
-
-// encodeCheck sets the keys and ARGV of check group g of node's call, whose
-// limits' keys start lims (pointing into hashes), and returns the rest of
-// lims.
-func (s *Store) encodeCheck(g *group, node string, seq any, checks []strategy.Check, lims []limitKeys, hashes []int, strs *checkStrings) []limitKeys {
-	s.setKeys(g, node)
-	// Distinct keys of one plain window limit each: check.lua skips its
-	// value cache.
-	simple := len(g.bkeys) == 0 && distinctKeys(strs.fields, g.items)
-	for _, i := range g.items {
-		simple = simple && len(checks[i].Limits) == 1 && checks[i].Limits[0].Depth() == 2
-	}
-	a := newArgv(seq, s.laneTTL, checkArgs(len(g.wins), len(g.items)))
-	a.checkGroup(len(g.keys), simple, g.ttls)
-	g.n, g.nout = len(g.items), 0
-	for _, i := range g.items {
-		c := &checks[i]
-		g.nout += replyLen(c)
-		nb := 0
-		for _, l := range c.Limits {
-			if l.Kind != 0 {
-				nb++
-			}
+// encodePlan appends the numbers of plan p to nums, as big-endian
+// doubles, and its strings to the head of the call's arguments, and
+// returns nums. Numbers: cost, now, its number of window limits and of
+// keyed limits, then each window limit (d, the numbers of its d windows,
+// current first, their size, the ms elapsed in the current one or -1 for
+// a fixed window, the limit), then each keyed limit (type: 1 bucket, 2
+// anchored window, 3 log; window, limit or rate, a bucket's burst or 0).
+// Strings: the cost, then each keyed limit's limit, as the scripts add
+// and store them.
+func (cc *checkCall) encodePlan(nums []byte, p *plan) []byte {
+	put := func(v float64) { nums = binary.BigEndian.AppendUint64(nums, math.Float64bits(v)) }
+	nb := 0
+	for _, l := range p.limits {
+		if l.Kind != 0 {
+			nb++
 		}
-		a.check(&strs.fields[i], strs.format(&strs.costs, c.Cost), len(c.Limits)-nb, nb)
-		encodeLimits(&a, g, c, lims[:len(c.Limits)], hashes, strs)
-		lims = lims[len(c.Limits):]
 	}
-	g.args = a.done()
-	return lims
+	put(p.cost)
+	put(float64(p.now))
+	put(float64(len(p.limits) - nb))
+	put(float64(nb))
+	cc.args = append(cc.args, cc.costs.format(p.cost))
+	now := time.UnixMilli(p.now)
+	for j := range p.limits {
+		l := &p.limits[j]
+		if l.Kind != 0 {
+			continue
+		}
+		size := l.Sub().Milliseconds()
+		start := strategy.WindowStart(now, l.Sub()).UnixMilli()
+		d := l.Depth()
+		put(float64(d))
+		for back := range d {
+			put(float64(cc.window(window{size, start - int64(back)*size})))
+		}
+		put(float64(size))
+		if l.Fixed {
+			put(-1)
+		} else {
+			put(float64(p.now - start))
+		}
+		put(l.Limit)
+	}
+	for _, l := range p.limits {
+		if l.Kind == 0 {
+			continue
+		}
+		t, burst := 1.0, 0.0
+		switch {
+		case l.Kind == strategy.KindAnchored:
+			t = 2
+		case l.Kind == strategy.KindLog:
+			t = 3
+		default:
+			burst = l.Burst
+		}
+		put(t)
+		put(float64(l.WindowSize.Milliseconds()))
+		put(l.Limit)
+		put(burst)
+		cc.args = append(cc.args, cc.lims.format(l.Limit))
+	}
+	return nums
+}
+
+// invocations returns the script calls that run gs, groups of this call:
+// consecutive groups of up to mergeMax checks in all when merge is set,
+// else one each; each call's lane record is its first group's.
+func (cc *checkCall) invocations(gs []*group, merge bool) []*invocation {
+	vs := make([]*invocation, 0, 1)
+	for k := 0; k < len(gs); {
+		j, n := k+1, gs[k].n
+		for merge && j < len(gs) && n+gs[j].n <= mergeMax {
+			n += gs[j].n
+			j++
+		}
+		v := &invocation{gs: gs[k:j:j]}
+		first, last := gs[k], gs[j-1]
+		keys, args := cc.keys, cc.args
+		if first != cc.gs[0] || last != cc.gs[len(cc.gs)-1] {
+			keys = make([]string, 0, 1+last.khi-first.klo)
+			keys = append(append(keys, first.lane), cc.keys[first.klo:last.khi]...)
+			args = make(argv, 0, cc.head+2+last.hi-first.lo)
+			args = append(args, cc.args[:cc.head]...)
+			k0 := slices.Index(cc.gs, first)
+			args = append(args, cc.heads[5*k0:5*(k0+len(v.gs))], cc.pns[first.c0:last.c0+cc.width*last.n])
+			args = append(args, cc.args[first.lo:last.hi]...)
+		}
+		// The command, its keys by pointer (no boxing) but the first: a
+		// Cluster client routes by it.
+		v.cmd = make([]any, 0, 3+len(keys)+len(args))
+		v.cmd = append(v.cmd, "evalsha", checkScript.sha, len(keys), keys[0])
+		for i := range keys[1:] {
+			v.cmd = append(v.cmd, &keys[1+i])
+		}
+		v.cmd = append(v.cmd, args...)
+		vs = append(vs, v)
+		k = j
+	}
+	return vs
 }
 
 // replyLen returns the number of values check.lua replies for c: its
@@ -209,43 +458,10 @@ func replyLen(c *strategy.Check) int {
 	return n
 }
 
-// encodeLimits appends the limits of check c of group g, whose keys are
-// lims (pointing into hashes): its window limits, then its keyed limits
-// (buckets, anchored windows, logs), each in order.
-func encodeLimits(a *argv, g *group, c *strategy.Check, lims []limitKeys, hashes []int, strs *checkStrings) {
-	now := c.Now.UnixMilli()
-	n := strs.ints
-	for j := range c.Limits {
-		l := &c.Limits[j]
-		if l.Kind != 0 {
-			continue
-		}
-		var elapsed *int64 // a fixed window
-		if !l.Fixed {
-			elapsed = n.intArg(now - strategy.WindowStart(c.Now, l.Sub()).UnixMilli())
-		}
-		a.limit(hashes[lims[j].lo:lims[j].hi], n.intArg(l.Sub().Milliseconds()), elapsed, strs.format(&strs.limits, l.Limit))
-		strs.k++ // its second place stays empty
-	}
-	for j, l := range c.Limits {
-		if l.Kind == 0 {
-			continue
-		}
-		limit := strs.format(&strs.limits, l.Limit)
-		var burst any = ""
-		if isBucket(l.Kind) {
-			burst = strs.format(&strs.bursts, l.Burst)
-		} else {
-			strs.k++
-		}
-		a.keyedLimit(keyedType(l.Kind), len(g.wins)+lims[j].keyed, n.intArg(now), n.intArg(l.WindowSize.Milliseconds()), limit, burst)
-	}
-}
-
 // checkResults parses the decisions, totals and keyed states of the checks
-// from the replies of their groups into out: per check, the decision, the
-// Depth counts of each window limit, then the state of each keyed limit
-// (see replyLen and check.lua).
+// from the replies of their groups into out: per check, the decision (1 or
+// 0), the Depth counts of each window limit, then the state of each keyed
+// limit (see replyLen and check.lua).
 func checkResults(gs []*group, checks []strategy.Check, nlim int, out []strategy.CheckResult, op func() string) error {
 	totals := make([]strategy.Totals, nlim)
 	for _, g := range gs {
@@ -257,7 +473,7 @@ func checkResults(gs []*group, checks []strategy.Check, nlim int, out []strategy
 			if k+nv > len(vals) {
 				return fmt.Errorf("redis: %s: shard %s: reply of %d values: too short", op(), g.tag, len(vals))
 			}
-			out[i].Allowed = vals[k] == "1"
+			out[i].Allowed = vals[k] == int64(1)
 			out[i].Totals, totals = totals[:nl:nl], totals[nl:]
 			if err := checkResult(&out[i], c, vals[k+1:k+nv]); err != nil {
 				return fmt.Errorf("redis: %s: shard %s: %w", op(), g.tag, err)

@@ -40,9 +40,10 @@ type Config struct {
 	// shards mean fewer commands per push (one script per shard a batch
 	// touches), fewer hashes per whole-namespace read and fewer lane records.
 	// A coalesced synchronous call over many keys touches most shards, and
-	// each costs a lane record and a TTL; with 1 it touches one (a prefix of
-	// its own keeps that layout apart), which was faster in some measured
-	// runs and not in others (BENCHMARKS.md). A periodic push of many keys
+	// each costs two or three commands inside its script (its windows read,
+	// the current one written); with 1 it touches one (a prefix of its own
+	// keeps that layout apart), which costs Redis less per decision
+	// (BENCHMARKS.md). A periodic push of many keys
 	// is then one long script.
 	// Every node must use the same value: changing it moves keys to other
 	// hashes, so counts of running windows are lost to readers.
@@ -50,10 +51,10 @@ type Config struct {
 
 	// TTLMargin is how long a window outlives the end of its life as a
 	// previous window: a window of size S starting at T expires at
-	// T + 2S + TTLMargin, by the pushing node's clock (T + S + W +
-	// TTLMargin when it is read over a span W: strategy.Diff.Span, a
-	// precision limit), and at least TTLMargin after each push
-	// (DefaultTTLMargin when 0; at least 1ms).
+	// T + 2S + TTLMargin, by the clock of the node whose write made it
+	// (T + S + W + TTLMargin when it is read over a span W:
+	// strategy.Diff.Span, a precision limit), and at least TTLMargin after
+	// that write (DefaultTTLMargin when 0; at least 1ms).
 	// Longer tolerates more clock skew between nodes; shorter frees memory
 	// sooner (with 1s windows, each extra second keeps one more window).
 	TTLMargin time.Duration

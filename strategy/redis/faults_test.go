@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -145,8 +146,15 @@ func TestLostCheckReplyRetryGetsTheDecisionsMadeThen(t *testing.T) {
 		if r := res[4].Buckets[0]; r.Level != 2 || r.At != ms {
 			t.Errorf("log rc: %+v, want sum 2 at %d (counted once)", r, ms)
 		}
-		if lanes := c.Keys(ctx, "{"+r.Prefix+":ns:*}:lane:n").Val(); len(lanes) < 2 {
-			t.Errorf("lane records %q: want the call on several shards", lanes)
+		shards := map[string]bool{}
+		for _, k := range c.Keys(ctx, "{"+r.Prefix+":ns:*}:60000:*").Val() {
+			shards[k[:strings.Index(k, "}")]] = true
+		}
+		if len(shards) < 2 {
+			t.Errorf("window hashes in shards %v: want the call on several shards", shards)
+		}
+		if lanes := c.Keys(ctx, "{"+r.Prefix+":ns:*}:lane:n").Val(); len(lanes) != 1 {
+			t.Errorf("lane records %q: want one, the call's (its groups run in one script)", lanes)
 		}
 	}
 	t.Run("caller retries", func(t *testing.T) {

@@ -85,14 +85,34 @@ func windowKey(tag string, sizeMs, startMs int64) string {
 // above). The keys are those of laneKey, windowKey and bucketKey, and
 // those of anchored windows and logs, built in one string.
 func (s *Store) setKeys(g *group, node string) {
-	ns := escapeNamespace(g.ns)
 	var b strings.Builder
-	n := (1+len(g.wins)+len(g.bkeys))*(len(s.cfg.Prefix)+len(ns)+40) + len(node)
+	b.Grow(s.keysLen(g, node))
+	var endBuf [16]int
+	ends := s.appendKeys(&b, endBuf[:0], g, node)
+	all := b.String()
+	g.keys = make([]string, len(ends))
+	start := 0
+	for i, end := range ends {
+		g.keys[i] = all[start:end]
+		start = end
+	}
+}
+
+// keysLen returns about how many bytes the keys of g take.
+func (s *Store) keysLen(g *group, node string) int {
+	n := (1+len(g.wins)+len(g.bkeys))*(len(s.cfg.Prefix)+len(g.ns)+40) + len(node)
 	for _, r := range g.bkeys {
 		n += len(r.key)
 	}
-	b.Grow(n)
+	return n
+}
+
+// appendKeys writes the keys of g (see setKeys) to b, appends the end of
+// each in b to ends and returns ends, and sets g.tag.
+func (s *Store) appendKeys(b *strings.Builder, ends []int, g *group, node string) []int {
+	ns := escapeNamespace(g.ns)
 	var num [20]byte
+	start := b.Len()
 	tag := func() {
 		b.WriteByte('{')
 		b.WriteString(s.cfg.Prefix)
@@ -102,10 +122,8 @@ func (s *Store) setKeys(g *group, node string) {
 		b.Write(strconv.AppendInt(num[:0], int64(g.shard), 10))
 		b.WriteByte('}')
 	}
-	var endBuf [16]int
-	ends := endBuf[:0]
 	tag()
-	tagLen := b.Len()
+	tagEnd := b.Len()
 	b.WriteString(":lane:")
 	b.WriteString(node)
 	ends = append(ends, b.Len())
@@ -136,14 +154,8 @@ func (s *Store) setKeys(g *group, node string) {
 		b.WriteString(r.key)
 		ends = append(ends, b.Len())
 	}
-	all := b.String()
-	g.tag = all[:tagLen]
-	g.keys = make([]string, len(ends))
-	start := 0
-	for i, end := range ends {
-		g.keys[i] = all[start:end]
-		start = end
-	}
+	g.tag = b.String()[start:tagEnd] // b's bytes so far; they do not move
+	return ends
 }
 
 // laneKey returns the key of node's lane record in tag's shard.

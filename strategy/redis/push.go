@@ -49,10 +49,16 @@ type group struct {
 	items []int          // check: the checks of the group, in order
 	ttls  []int64        // TTL of each hash, ms, parallel to wins (passed by pointer: no boxing)
 	spans []int64        // push: the longest Diff.Span (ms) of each hash's diffs, parallel to wins; nil while no diff has one above its size
-	args  argv           // ARGV of a script running this group alone
+	args  argv           // push: ARGV of a script running this group alone
 	n     int            // diffs, bucket diffs or checks
 	nout  int            // values the group adds to the script's reply
 	res   []any          // the group's part of the reply
+
+	// check: its lane record, its other keys and arguments in those of its
+	// call (checkCall.keys[klo:khi], checkCall.args[lo:hi]), and where its
+	// checks' plan numbers start in checkCall.pns
+	lane                 string
+	klo, khi, lo, hi, c0 int
 
 	bkeys  []bucketRef       // buckets, numbered 1.. (keys after the window hashes)
 	bindex map[bucketRef]int // bucket -> its number, once bkeys outgrows a linear search
@@ -107,6 +113,18 @@ type grouper struct {
 	shards int
 	gs     []*group
 	index  map[shardID]*group // once gs outgrows a linear search
+	chunk  []group            // where new groups are made, a few at a time
+}
+
+// add returns a new group of shard of ns.
+func (gr *grouper) add(ns string, shard int) *group {
+	if len(gr.chunk) == cap(gr.chunk) {
+		gr.chunk = make([]group, 0, min(2*max(cap(gr.chunk), 1), linearMax))
+	}
+	gr.chunk = append(gr.chunk, group{ns: ns, shard: shard})
+	g := &gr.chunk[len(gr.chunk)-1]
+	gr.gs = append(gr.gs, g)
+	return g
 }
 
 // of returns the group of key's shard of namespace ns, adding it.
@@ -119,9 +137,7 @@ func (gr *grouper) of(ns, key string) *group {
 			}
 		}
 		if len(gr.gs) < linearMax {
-			g := &group{ns: ns, shard: shard}
-			gr.gs = append(gr.gs, g)
-			return g
+			return gr.add(ns, shard)
 		}
 		gr.index = make(map[shardID]*group, 2*len(gr.gs))
 		for _, g := range gr.gs {
@@ -132,8 +148,7 @@ func (gr *grouper) of(ns, key string) *group {
 	if g := gr.index[id]; g != nil {
 		return g
 	}
-	g := &group{ns: ns, shard: shard}
-	gr.gs = append(gr.gs, g)
+	g := gr.add(ns, shard)
 	gr.index[id] = g
 	return g
 }
@@ -202,7 +217,7 @@ func (s *Store) push(ctx context.Context, b strategy.Batch, count bool) ([]strat
 		}
 		return fmt.Sprintf("push batch %d of node %q (%d diffs, %d bucket diffs)", b.Seq, b.Node, len(b.Diffs), len(b.Buckets))
 	}
-	err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, pushScript, gs) })
+	err := s.call(ctx, op, func(ctx context.Context) error { return s.runScript(ctx, pushScript, gs, s.invocations) })
 	if err != nil || !count {
 		return nil, err
 	}
@@ -292,7 +307,7 @@ func (s *Store) encodePush(g *group, node string, seq any, ba *batchArgs, count 
 		g.ttls[k] = s.windowTTL(w.start, w.size, span, now)
 	}
 	a := newArgv(seq, s.laneTTL, pushArgs(m, len(g.bdiffs), g.runs))
-	a.pushGroup(mode, len(g.keys), len(g.bdiffs), g.ttls)
+	a.pushGroup(mode, len(g.keys), len(g.bdiffs), g.ttls, g.spans)
 	for _, u := range g.bdiffs {
 		d, n := &ba.buckets[u.item], ba.nums
 		a.keyedDiff(keyedType(d.Kind), len(g.wins)+u.b, n.intArg(d.At), n.floatArg(d.Cost), n.intArg(d.Window.Milliseconds()), n.floatArg(d.Rate))
@@ -365,6 +380,7 @@ type invocation struct {
 	gs   []*group
 	keys []string
 	args argv
+	cmd  []any // the whole command, when its encoder made it (checkCall.invocations); else EVALSHA of keys and args
 }
 
 // runScript runs sc for the groups, in one round trip, and stores each
@@ -381,16 +397,16 @@ type invocation struct {
 // sent again once the scripts are reloaded; every other error fails the
 // call (after all replies are read: each call's result is checked, not
 // only the first).
-func (s *Store) runScript(ctx context.Context, sc *script, gs []*group) error {
-	pending := s.invocations(gs, s.merge.Load())
+func (s *Store) runScript(ctx context.Context, sc *script, gs []*group, invocations func(gs []*group, merge bool) []*invocation) error {
+	pending := invocations(gs, s.merge.Load())
 	for attempt := 0; ; attempt++ {
 		cmds := make([]*goredis.Cmd, len(pending))
 		if len(pending) == 1 {
-			cmds[0] = s.c.EvalSha(ctx, sc.sha, pending[0].keys, pending[0].args...)
+			cmds[0] = s.eval(ctx, s.c, sc, pending[0])
 		} else {
 			pipe := s.c.Pipeline()
 			for i, v := range pending {
-				cmds[i] = pipe.EvalSha(ctx, sc.sha, v.keys, v.args...)
+				cmds[i] = s.eval(ctx, pipe, sc, v)
 			}
 			_, _ = pipe.Exec(ctx) // errors are read per command below
 		}
@@ -414,7 +430,7 @@ func (s *Store) runScript(ctx context.Context, sc *script, gs []*group) error {
 				retry, reload = append(retry, v), true
 			case len(v.gs) > 1 && goredis.HasErrorPrefix(err, "CROSSSLOT") && attempt == 0:
 				s.merge.Store(false)
-				retry = append(retry, s.invocations(v.gs, false)...)
+				retry = append(retry, invocations(v.gs, false)...)
 			default:
 				failed++
 				if first == nil {
@@ -441,6 +457,20 @@ func (s *Store) runScript(ctx context.Context, sc *script, gs []*group) error {
 		}
 		pending = retry
 	}
+}
+
+// evaler is a client or pipeline that runs scripts.
+type evaler interface {
+	Do(ctx context.Context, args ...any) *goredis.Cmd
+	EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *goredis.Cmd
+}
+
+// eval sends v, a call of sc, on c.
+func (s *Store) eval(ctx context.Context, c evaler, sc *script, v *invocation) *goredis.Cmd {
+	if v.cmd != nil {
+		return c.Do(ctx, v.cmd...)
+	}
+	return c.EvalSha(ctx, sc.sha, v.keys, v.args...)
 }
 
 // invocations returns the script calls that run gs, merging consecutive

@@ -239,8 +239,10 @@ func slicesMin(vs []float64) float64 {
 
 // What the scripts cost Redis: each (hash, field) is read once and written
 // once per batch, whatever the number of decisions on it (twice for
-// PushAndCount: its first diff, then the sum of the others). Counted with
-// INFO commandstats of a private server.
+// PushAndCount: its first diff, then the sum of the others); a check call
+// reads and writes each hash once, and its lane record once. A counted hash
+// gets a PTTL (and a PEXPIRE when its TTL is short) only when the batch
+// made a field in it. Counted with INFO commandstats of a private server.
 func TestScriptCallsPerBatch(t *testing.T) {
 	r := testenv.PrivateRedis(t)
 	c := r.Client(t)
@@ -249,9 +251,6 @@ func TestScriptCallsPerBatch(t *testing.T) {
 	size := time.Minute
 	start := strategy.WindowStart(base, size)
 	calls := func(t *testing.T, run func() error) map[string]int { return commandCalls(t, c, run) }
-	// Each counted hash gets a PTTL, and a PEXPIRE when its TTL would
-	// be shorter than the one the script sets: a new hash (no TTL), or
-	// one whose TTL has run down since (by a millisecond, or more).
 	want := func(t *testing.T, got map[string]int, want map[string]int) {
 		t.Helper()
 		for k, w := range want {
@@ -264,14 +263,13 @@ func TestScriptCallsPerBatch(t *testing.T) {
 		}
 	}
 	const n = 32
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("k%d", i)
+	keys := func(prefix string) func(i int) string {
+		return func(i int) string { return fmt.Sprintf("%s%d", prefix, i) }
 	}
-	checks := func(keys func(i int) string) []strategy.Check {
+	checks := func(keys func(i int) string, now time.Time) []strategy.Check {
 		var cs []strategy.Check
 		for i := range n {
-			cs = append(cs, strategy.Check{Namespace: "ns", Key: keys(i), Cost: 1, Now: base, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 1e9}}})
+			cs = append(cs, strategy.Check{Namespace: "ns", Key: keys(i), Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 1e9}}})
 		}
 		return cs
 	}
@@ -283,33 +281,49 @@ func TestScriptCallsPerBatch(t *testing.T) {
 		return ds
 	}
 	hot := func(int) string { return "hot" }
-	spread := func(i int) string { return keys[i] }
+	spread := keys("k")
 
 	t.Run("check, one hot key", func(t *testing.T) {
-		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 1, checks(hot)); return err })
-		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 2, "increments": 1, "pttl": 1, "pexpire": 1, "set": 1})
+		// A new hash: its PTTL finds none, and its PEXPIRE sets it.
+		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 1, checks(hot, base)); return err })
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 2, "hset": 1, "increments": 0, "pttl": 1, "pexpire": 1, "set": 1})
 	})
 	t.Run("check, distinct keys", func(t *testing.T) {
-		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 2, checks(spread)); return err })
-		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 2 * n, "increments": n, "pttl": 1, "set": 1})
+		// New fields of a hash that has its TTL: a PTTL (and a PEXPIRE
+		// when that TTL ran down since by a millisecond: the checks' clock
+		// stands still at base).
+		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 2, checks(spread, base)); return err })
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 0, "hmget": 2, "hset": 1, "increments": 0, "pttl": 1, "set": 1})
+	})
+	t.Run("check, fields there", func(t *testing.T) {
+		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 3, checks(spread, base)); return err })
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hmget": 2, "hset": 1, "increments": 0, "pttl": 0, "pexpire": 0, "set": 1})
 	})
 	t.Run("push and count, one hot key", func(t *testing.T) {
 		got := calls(t, func() error {
-			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: 3, Diffs: diffs(hot)})
+			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: 4, Diffs: diffs(hot)})
 			return err
 		})
-		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 1, "increments": 2, "pttl": 1, "set": 1})
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 1, "increments": 2, "pttl": 0, "set": 1})
 	})
 	t.Run("push and count, distinct keys", func(t *testing.T) {
 		got := calls(t, func() error {
-			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: 4, Diffs: diffs(spread)})
+			_, err := s.PushAndCount(ctx, strategy.Batch{Node: "n", Seq: 5, Diffs: diffs(spread)})
 			return err
 		})
-		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": n, "increments": n, "pttl": 1, "set": 1})
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": n, "increments": n, "pttl": 0, "set": 1})
+	})
+	t.Run("push, new keys", func(t *testing.T) {
+		// (The push's TTL runs from the wall clock, the checks' from base,
+		// in 2040: the push's is longer, and a PEXPIRE sets it.)
+		got := calls(t, func() error {
+			return s.PushDiffs(ctx, strategy.Batch{Node: "n", Seq: 6, Diffs: diffs(keys("new"))})
+		})
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "increments": n, "pttl": 1, "set": 1})
 	})
 	t.Run("replay reads each field once", func(t *testing.T) {
-		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 1, checks(hot)); return err })
-		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 2, "increments": 0, "pttl": 0, "pexpire": 0, "set": 0})
+		got := calls(t, func() error { _, err := s.CheckAndCount(ctx, "n", 1, checks(hot, base)); return err })
+		want(t, got, map[string]int{"evalsha": 1, "get": 1, "hget": 2, "hset": 0, "increments": 0, "pttl": 0, "pexpire": 0, "set": 0})
 	})
 }
 
@@ -554,4 +568,83 @@ func TestBucketDecisionsAreTheNodes(t *testing.T) {
 			t.Errorf("check %d (%+v; bucket %+v): allowed %v, bucket %+v; the node decides %v, bucket %+v", i, c, st, r.Allowed, got, want, after)
 		}
 	})
+}
+
+// A call whose shard group is one check of an integer cost counts it
+// first (HINCRBY) and reads only the previous window; when the check does
+// not pass, the count is taken back: the field holds what it held, and a
+// field that held none holds none again (one that held 0 holds none: the
+// same count). Decisions and counts are those of the read-first path.
+func TestOneCheckIsCountedFirst(t *testing.T) {
+	r := testenv.PrivateRedis(t)
+	c := r.Client(t)
+	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
+	ctx := context.Background()
+	size := time.Minute
+	now := base.Add(15 * time.Second) // the previous window weighs 0.75
+	start := strategy.WindowStart(now, size)
+	hash := fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, size.Milliseconds(), start.UnixMilli())
+	var diffs []strategy.Diff
+	for _, k := range []string{"new", "some", "zero", "bad"} {
+		diffs = append(diffs, diff("ns", k, start.Add(-size), size, 12)) // 9 of it weighs now
+	}
+	mustPush(t, s, strategy.Batch{Node: "seed", Seq: 1, Diffs: append(diffs,
+		diff("ns", "some", start, size, 1), diff("ns", "ok", start, size, 2))})
+	for k, v := range map[string]string{"zero": "0", "float": "2.5", "bad": "not a number"} {
+		if err := c.HSet(ctx, hash, k, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq := uint64(0)
+	for _, tc := range []struct {
+		key     string
+		allowed bool
+		stored  string // "" for no field
+		current float64
+		calls   map[string]int
+	}{
+		{"new", false, "", 0, map[string]int{"hincrby": 1, "hdel": 1, "hget": 1}},               // 9 + 0 + 1 > 9.5
+		{"some", false, "1", 1, map[string]int{"hincrby": 2, "hdel": 0, "hget": 1}},             // 9 + 1 + 1 > 9.5
+		{"zero", false, "", 0, map[string]int{"hincrby": 1, "hdel": 1, "hget": 1}},              // 9 + 0 + 1 > 9.5
+		{"ok", true, "3", 3, map[string]int{"hincrby": 1, "hdel": 0, "hget": 1}},                // 0 + 2 + 1 <= 9.5
+		{"float", true, "3.5", 3.5, map[string]int{"hincrby": 1, "hincrbyfloat": 1, "hget": 2}}, // refused, read first
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			seq++
+			check := []strategy.Check{{Namespace: "ns", Key: tc.key, Cost: 1, Now: now, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 9.5}}}}
+			var res []strategy.CheckResult
+			got := commandCalls(t, c, func() error {
+				var err error
+				res, err = s.CheckAndCount(ctx, "n", seq, check)
+				return err
+			})
+			if res[0].Allowed != tc.allowed || res[0].Totals[0].Current != tc.current {
+				t.Errorf("check: %+v, want allowed %v, current %v", res[0], tc.allowed, tc.current)
+			}
+			stored, err := c.HGet(ctx, hash, tc.key).Result()
+			if errors.Is(err, goredis.Nil) {
+				stored, err = "", nil
+			}
+			if err != nil || stored != tc.stored {
+				t.Errorf("stored %q, %v; want %q", stored, err, tc.stored)
+			}
+			for k, w := range tc.calls {
+				if got[k] != w {
+					t.Errorf("%s: %d calls, want %d (all: %v)", k, got[k], w, got)
+				}
+			}
+			again, err := s.CheckAndCount(ctx, "n", seq, check)
+			if err != nil || again[0].Allowed != tc.allowed || again[0].Totals[0].Current != tc.current {
+				t.Errorf("retry: %+v, %v; want the decision made then, nothing counted again", again, err)
+			}
+		})
+	}
+	seq++
+	if _, err := s.CheckAndCount(ctx, "n", seq, []strategy.Check{{Namespace: "ns", Key: "bad", Cost: 1, Now: now,
+		Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 100}}}}); err == nil || !strings.Contains(err.Error(), "holds no number") {
+		t.Errorf("check of a field holding no number: %v, want it reported", err)
+	}
+	if got := c.HGet(ctx, hash, "bad").Val(); got != "not a number" {
+		t.Errorf("bad: stored %q, want it untouched", got)
+	}
 }

@@ -69,14 +69,46 @@
 // at a time per Node, in increasing Seq order, retries before newer
 // batches.
 //
+// CheckAndCount (check.lua) keeps one lane record per script instead: the
+// record of the shard of the script's first group stands for every group
+// of the script, which Redis runs as one atomic step. Its GET and SET are
+// then made once per call rather than once per shard, and the checks are
+// still each counted and decided exactly once:
+//
+//   - every try of a call is the same scripts of the same groups, in the
+//     same order: the groups (one per namespace shard, in the order of
+//     first use) follow from the checks, which a retry repeats in the same
+//     order (strategy.Checker), and their split into scripts from the
+//     groups and from whether the store merges groups; it stops merging
+//     only when a server refuses a script of several slots (CROSSSLOT),
+//     which ran nothing, and no script of several groups ever runs on such
+//     a server, while the scripts of one group that did run there keep the
+//     record of their own shard, as they keep it after;
+//   - the syncer sends a lane's calls one at a time, in Seq order, every
+//     try of a Seq before any newer Seq, pushes and checks numbered from
+//     one sequence; so when a try of Seq q reaches a script's record, the
+//     record holds q only when an earlier try of that very script applied
+//     it (the groups of a call are distinct shards, so no other script of
+//     q records there), and never more than q;
+//   - so a script applies when its record is below q, and otherwise counts
+//     nothing and replies the decisions the record holds: each of its
+//     groups applies exactly once. The records of the other shards of a
+//     check call are not read or written; pushes keep their own per group,
+//     which hold older Seqs than any try of a newer call.
+//
+// A call repeated after a newer one (which the syncer never sends) counts
+// nothing either way, and is replied the decisions the record of its first
+// shard still holds, else none (not allowed).
+//
 // A lane record is a string: the Seq as 20 decimal digits, then, when
-// CheckAndCount (check.lua) wrote it, one character per check of its group
-// in order, '1' for a check that passed and '0' for one that did not
-// (pushes write the Seq alone). The same SET writes both, so a check
-// retried with the same Seq (its reply lost, or go-redis resending the
-// script) counts nothing again and gets the decisions made the first time:
-// each check is counted and decided exactly once. Scripts compare only the
-// first 20 characters, so records of either form are read by every version.
+// check.lua wrote it, one character per check of its script in order, '1'
+// for a check that passed and '0' for one that did not, the groups' apart
+// by '/' (pushes write the Seq alone). The same SET writes both, so a
+// check retried with the same Seq (its reply lost, or go-redis resending
+// the script) counts nothing again and gets the decisions made the first
+// time. Scripts compare only the first 20 characters, so records of every
+// form are read by every version, and lane records are per node name, new
+// at each start of a node: nodes of different versions never share one.
 //
 // A script the server lost (restart, failover, SCRIPT FLUSH) is reloaded on
 // NOSCRIPT and the groups that failed are sent again; that is safe because
@@ -87,16 +119,44 @@
 // of a call and the increments they make. Each script sent is the prelude
 // followed by its body (scripts.go), so each still runs alone.
 //
+// # Cost
+//
+// A call of CheckAndCount whose checks have one plain window limit each
+// (what Allow of a synchronous namespace sends) makes, inside its script:
+// the lane record's GET and SET, once; then for each shard group one read
+// of each window and one write of the current one, whatever the number of
+// its checks (HGET, or HMGET of the group's fields, and HSET of its sums),
+// but for a group of one check of an integer cost, which is counted first
+// (HINCRBY: the count is taken back, HINCRBY of minus the cost or HDEL,
+// when the check does not pass) and reads only the previous window; and a
+// PTTL (and PEXPIRE) only where a field is new. The call's windows, limits
+// and costs go once per call (its plans: check.lua), and each check adds
+// its key alone to the arguments. A synchronous batch of 16 decisions over
+// 10,000 keys and 16 shards (some 10 groups) so costs some 26 commands,
+// under 2 per decision (BENCHMARKS.md, section 10). Check.lua's other path (several limits, a
+// precision, keyed limits) reads and writes each (hash, field) once per
+// group as well. The scripts need Redis 4.0 or later (HSET of several
+// fields, UNLINK).
+//
 // # Expiry and Purge
 //
 // A window hash of size S starting at T expires TTLMargin after T + 2S, by
-// the pushing node's clock (relative PEXPIRE, so the server's clock does not
-// matter), and at least TTLMargin after each push. A window read over a
-// longer span W (a diff's Span, the sub-windows of a check's precision
-// limit) lasts until T + S + W + TTLMargin instead. A write never shortens
-// a hash's TTL (PTTL, then PEXPIRE when the TTL it needs is longer): the
-// keys of a shard share their window's hash, whatever the spans they are
-// read over. A lane record expires
+// the clock of the node whose write made it (relative PEXPIRE, so the
+// server's clock does not matter), and at least TTLMargin after that
+// write. A window read over a longer span W (a diff's Span, the
+// sub-windows of a check's precision limit) lasts until T + S + W +
+// TTLMargin instead. A script sets a hash's TTL (PTTL, then PEXPIRE when
+// the TTL it needs is longer: it never shortens one, as the keys of a
+// shard share their window's hash, whatever the spans they are read over)
+// only when one of its writes may have made a field there, so maybe the
+// hash (the field held none, or HINCRBY replied its very increment, or
+// HINCRBYFLOAT wrote it), or when the hash is read over a longer span than
+// its size. A hash is only ever made by such a write, so every hash has
+// the TTL of the write that made it, and writes to its fields after that
+// cost no TTL command: the steady traffic of a window pays one PTTL per
+// key and window, not one per write. (Versions before this one checked
+// the TTL at every write; both run side by side on the same keys.) A lane
+// record expires
 // LaneTTL after the last batch it recorded, so the records of departed nodes
 // go by themselves. A bucket expires a minute after it drains empty, by the
 // clock of the request that last changed it (relative PX again): the same
