@@ -140,8 +140,10 @@ func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
 
 // flushKey pushes this node's diffs of key in windows and the windows
 // before them, and what it took from key's buckets in tables, after the
-// batches in flight, as one batch of its own (kept in flight when the push
-// fails, like any other). Callers hold lane.mu.
+// check calls in doubt and the batches in flight, as one batch of its own
+// (kept in flight when the push fails, like any other). A call in doubt is
+// resolved before any newer call is sent: a newer Seq recorded first would
+// make the store refuse it. Callers hold lane.mu.
 func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window, tables []*shm.Buckets) error {
 	c := s.conf.Load()
 	var diffs []strategy.Diff
@@ -165,7 +167,7 @@ func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window
 			}
 		}
 	}
-	if len(diffs)+len(buckets) == 0 && len(s.lane.inflight) == 0 {
+	if len(diffs)+len(buckets) == 0 && len(s.lane.inflight) == 0 && len(s.lane.doubts) == 0 {
 		return nil
 	}
 	if len(diffs)+len(buckets) > 0 {
