@@ -308,6 +308,14 @@ local function simple(a)
         elseif string.byte(ks, k) == 49 then
           d = 1
         end
+        -- The values as integers when they are (a cheaper reply, and read
+        -- by the node with no decimal to parse).
+        if d == 0 and type(cur) == 'string' and c and c ~= 0 and c % 1 == 0 and c < 2^53 and c > -2^53 then
+          cur = c
+        end
+        if prev and pv and e and pv ~= 0 and pv % 1 == 0 and pv < 2^53 and pv > -2^53 then
+          prev = pv
+        end
         ou[oi + 1], ou[oi + 2], ou[oi + 3] = d, cur or '', prev or ''
         oi = oi + 3
       end
