@@ -140,7 +140,8 @@ func BenchmarkCheckVsFloorParallel(b *testing.B) {
 
 // BenchmarkCheckVsFloorLoopback serves both handlers over real HTTP on
 // loopback, with one keep-alive client, alternating in chunks: what a
-// client of the node sees (compare the wrk figures in the README).
+// client of the node sees (BENCHMARKS.md section 12 measures the node
+// and the floor each in a process of its own under HTTP load).
 func BenchmarkCheckVsFloorLoopback(b *testing.B) {
 	n := newTestNode(b, "", nil)
 	bodies := benchBodies()
