@@ -267,6 +267,12 @@ type Checker interface {
 	// A check that counts nothing is returned with the current totals,
 	// windows and keyed states (a log's RetryAt as for any check returned
 	// not allowed, 0 for one returned allowed).
+	//
+	// A store may keep one record for a group of shards that it applies as
+	// one atomic step (the Redis store keeps one per script). A call sent
+	// again after a newer seq (which the syncer never does) then counts
+	// nothing either way, and may be returned the decisions recorded for it
+	// rather than not allowed.
 	CheckAndCount(ctx context.Context, node string, seq uint64, checks []Check) ([]CheckResult, error)
 }
 
