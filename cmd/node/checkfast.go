@@ -36,7 +36,7 @@ func fastCheck(data []byte, st *checkState) bool {
 			return p.limits(b)
 		}
 		return false
-	}, 6) {
+	}) {
 		return false
 	}
 	p.ws()
@@ -72,8 +72,9 @@ func (p *fastParser) next(c byte) bool {
 }
 
 // object reads an object whose fields field reads (false: give up), each
-// name at most once among the first max it sees.
-func (p *fastParser) object(field func(name []byte) bool, max int) bool {
+// name at most once; field refuses names not in the schema, so an object
+// holds at most as many as seen has room for.
+func (p *fastParser) object(field func(name []byte) bool) bool {
 	if !p.next('{') {
 		return false
 	}
@@ -85,7 +86,7 @@ func (p *fastParser) object(field func(name []byte) bool, max int) bool {
 	for {
 		p.ws()
 		name, ok := p.raw()
-		if !ok || n == max {
+		if !ok || n == len(seen) {
 			return false
 		}
 		for _, s := range seen[:n] {
@@ -262,7 +263,7 @@ func (p *fastParser) limits(b *checkBody) bool {
 				return p.str(&l.Precision, true)
 			}
 			return false
-		}, 5) {
+		}) {
 			return false
 		}
 		if p.next(',') {
