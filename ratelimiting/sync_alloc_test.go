@@ -3,6 +3,7 @@
 package ratelimiting_test
 
 import (
+	"bytes"
 	"context"
 	"runtime"
 	"testing"
@@ -18,6 +19,7 @@ func TestPeriodicIncrementAfterSyncAllocatesNothing(t *testing.T) {
 	clk := newClock(t0)
 	in := newInstance(t, clk)
 	mustNew(t, in, synced("ns", manual, memory.New(), time.Minute))
+	loopParked(t)
 	ctx := context.Background()
 	keys := benchKeys(200)
 	period := func() uint64 {
@@ -43,4 +45,21 @@ func TestPeriodicIncrementAfterSyncAllocatesNothing(t *testing.T) {
 	if st := in.Stats()[0].Sync; st.Dirty != len(keys) {
 		t.Fatalf("%d counters listed, want %d", st.Dirty, len(keys))
 	}
+}
+
+// loopParked waits until the namespace's periodic loop has started and waits
+// for its timer. Its start allocates (the timer), and on a loaded machine it
+// can first run long after New returns, inside a measured period.
+func loopParked(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	eventually(t, 10*time.Second, "the periodic loop waiting for its timer", func() bool {
+		stacks := buf[:runtime.Stack(buf, true)]
+		for g := range bytes.SplitSeq(stacks, []byte("\n\n")) {
+			if bytes.Contains(g, []byte("syncer.(*Syncer).periodic(")) {
+				return bytes.Contains(g, []byte("[select"))
+			}
+		}
+		return false
+	})
 }
