@@ -72,7 +72,11 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	}
 	n.load = func() (Config, error) { return loadConfig(args, getenv, io.Discard) }
 	n.logCtl, n.hup = logCtl, hup
-	return logExit(log, "ratesync node stopped with an error", redactErr(n.Serve(ctx), cfg))
+	err = n.Serve(ctx)
+	// Serve has closed the store clients; go-redis may still log from a
+	// dial it had under way, a line that would follow the node's last one.
+	redisLog.Store(nil)
+	return logExit(log, "ratesync node stopped with an error", redactErr(err, cfg))
 }
 
 // servePprof serves Go's profiler (net/http/pprof's /debug/pprof/) on addr

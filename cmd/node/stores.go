@@ -185,6 +185,13 @@ func checkStoreURL(ns *NamespaceConfig) error {
 // seq), which the store applies once, within the namespace's call timeout
 // and with short pauses, where go-redis's own retries would spend that
 // timeout in their back-off.
+//
+// The client bounds each command by its context's deadline
+// (ContextTimeoutEnabled), so the store runs a call on its caller's
+// goroutine: a synchronous decision's store call makes no goroutine hop. A
+// URL that turns socket deadlines off (read_timeout or write_timeout -2)
+// leaves the store running calls on helper goroutines (see Timeouts in
+// strategy/redis).
 func parseRedis(ns *NamespaceConfig) (func() goredis.UniversalClient, error) {
 	u, _ := url.Parse(ns.URL) // a URL that does not parse is refused below
 	retries := u != nil && u.Query().Has("max_retries")
@@ -196,6 +203,7 @@ func parseRedis(ns *NamespaceConfig) (func() goredis.UniversalClient, error) {
 		if !retries {
 			o.MaxRetries = -1
 		}
+		o.ContextTimeoutEnabled = true
 		return func() goredis.UniversalClient { return goredis.NewClusterClient(o) }, nil
 	}
 	o, err := goredis.ParseURL(ns.URL)
@@ -205,6 +213,7 @@ func parseRedis(ns *NamespaceConfig) (func() goredis.UniversalClient, error) {
 	if !retries {
 		o.MaxRetries = -1
 	}
+	o.ContextTimeoutEnabled = true
 	return func() goredis.UniversalClient { return goredis.NewClient(o) }, nil
 }
 

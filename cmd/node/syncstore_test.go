@@ -80,7 +80,9 @@ policies:
 }
 
 // The node's Redis client leaves resending a failed command to the syncer
-// (which resends with the same identity), unless the URL sets max_retries.
+// (which resends with the same identity), unless the URL sets max_retries,
+// and bounds each command by its context (the store then calls on the
+// caller's goroutine).
 func TestRedisClientRetriesOnlyWhenTheURLSaysSo(t *testing.T) {
 	for _, tc := range []struct {
 		url     string
@@ -98,13 +100,17 @@ func TestRedisClientRetriesOnlyWhenTheURLSaysSo(t *testing.T) {
 		}
 		client := newClient()
 		var got int
+		var watches bool
 		switch c := client.(type) {
 		case *goredis.Client:
-			got = c.Options().MaxRetries
+			got, watches = c.Options().MaxRetries, c.Options().ContextTimeoutEnabled
 		case *goredis.ClusterClient:
-			got = c.Options().MaxRetries
+			got, watches = c.Options().MaxRetries, c.Options().ContextTimeoutEnabled
 		}
 		_ = client.Close()
+		if !watches {
+			t.Errorf("%s: ContextTimeoutEnabled false: the store would run each call on a helper goroutine", tc.url)
+		}
 		if got = max(got, 0); got != tc.want { // -1 and 0 both mean none, as go-redis holds them
 			t.Errorf("%s: MaxRetries %d, want %d", tc.url, got, tc.want)
 		}
