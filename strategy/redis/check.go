@@ -155,6 +155,10 @@ func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *
 		g := cc.gs[gi[i]]
 		g.items = append(g.items, i)
 	}
+	for _, g := range cc.gs {
+		g.how = cc.how(g, pl)
+	}
+	cc.fastFirst(pl)
 	head := 3 + 2*len(cc.wins) + 2 + len(cc.plans) + nkeyed(cc.plans)
 	cc.args = make(argv, 0, head+2+nargs)
 	cc.args = append(cc.args, seqArg(seq), s.laneTTL, len(cc.wins))
@@ -212,7 +216,7 @@ func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *
 		}
 		g.khi = len(cc.keys)
 		nk := g.khi - g.klo
-		heads = append(heads, cc.how(g, pl), byte(len(g.items)>>8), byte(len(g.items)), byte(nk>>8), byte(nk))
+		heads = append(heads, g.how, byte(len(g.items)>>8), byte(len(g.items)), byte(nk>>8), byte(nk))
 	}
 	cc.keys[0] = cc.gs[0].lane
 	for _, g := range cc.gs {
@@ -243,6 +247,42 @@ func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *
 		g.hi = len(cc.args)
 	}
 	return cc
+}
+
+// fastMax is the most checks a group check.lua's fast loop runs may have
+// (fastMax there).
+const fastMax = 4
+
+// fastFirst puts first, in their order, the groups check.lua's fast loop
+// runs: up to fastMax checks, each with one plain window limit (Depth 2),
+// all on the same window, and an integer cost below 1e6. The loop runs
+// them before the script makes the functions other groups need, and stops
+// at the first other group. The order is the checks': a call sent again
+// has the same groups in the same order, led by the same one.
+func (cc *checkCall) fastFirst(pl []int) {
+	fast := func(g *group) bool {
+		if len(g.items) > fastMax || g.how == 'g' {
+			return false
+		}
+		for _, i := range g.items {
+			if c := cc.plans[pl[i]-1].cost; c != math.Trunc(c) || c >= 1e6 {
+				return false
+			}
+		}
+		return true
+	}
+	var others []*group
+	gs := make([]*group, 0, len(cc.gs))
+	for _, g := range cc.gs {
+		if fast(g) {
+			gs = append(gs, g)
+		} else {
+			others = append(others, g)
+		}
+	}
+	if len(others) > 0 && len(gs) > 0 {
+		cc.gs = append(gs, others...)
+	}
 }
 
 // nkeyed returns the number of keyed limits of the plans.

@@ -84,10 +84,12 @@
 -- whatever the number of checks: counts and costs are summed in Lua when
 -- they are exact (see exact, in lane.lua), and written as HINCRBYFLOAT
 -- would store them; an increment that is not exact goes at once with
--- incr, after its field's pending sum. A group of one check of an integer
--- cost is counted first instead (HINCRBY, taken back when the check does
--- not pass) and reads the previous window alone: two calls (see simple).
--- A counted hash takes a PTTL (and a PEXPIRE when that is short) only when
+-- incr, after its field's pending sum. A group of up to fastMax checks,
+-- each of one plain window limit and an integer cost, counts each check
+-- first instead (HINCRBY, taken back when the check does not pass) and
+-- reads the previous window alone: two calls per check (the fast loop,
+-- which runs before the functions of the other paths are made). A
+-- counted hash takes a PTTL (and a PEXPIRE when that is short) only when
 -- a check made a field in it, or it is read over a longer span. Each
 -- bucket or anchored window is read once
 -- and written once; each log is read once (GET), trimmed (ZRANGEBYSCORE,
@@ -129,6 +131,178 @@ local D, nd, kept, g, kc, ck = {}, 0, nil, 0, 0, 0
 -- the fields of a group whose sum is pending (W[j]), reused from group to
 -- group.
 local F, H, W = {}, {}, {}
+
+-- The head: the call's lane record, its windows and plans, the groups'
+-- heads and the checks' plans.
+local first
+do
+  local rec = redis.call('GET', KEYS[1])
+  apply = above(rec)
+  if not apply and #rec > 20 and string.sub(rec, 1, 20) == seq then
+    kept = rec
+  end
+  local i = 4
+  nw = tonumber(ARGV[3])
+  for w = 1, nw do
+    Wt[w], Wa[w] = ARGV[i], ARGV[i + 1] == '1'
+    i = i + 2
+  end
+  local np, blob = tonumber(ARGV[i]), ARGV[i + 1]
+  Nums = { struct.unpack('>' .. string.rep('d', #blob / 8), blob) }
+  i = i + 2
+  local x = 1
+  for p = 1, np do
+    local cost, nl, nb = Nums[x], Nums[x + 2], Nums[x + 3]
+    local pl = { cost = cost, arg = ARGV[i], now = Nums[x + 1], int = cost % 1 == 0 and cost < 1e6, nb = nb,
+      at = x + 2, ra = i + 1 }
+    x = x + 4
+    if nl == 1 and nb == 0 and Nums[x] == 2 then
+      local e = Nums[x + 4]
+      pl.wc, pl.wp, pl.size, pl.e, pl.limit = Nums[x + 1], Nums[x + 2], Nums[x + 3], e >= 0 and e, Nums[x + 5]
+    end
+    for _ = 1, nl do
+      x = x + Nums[x] + 4
+    end
+    x, i = x + 4 * nb, i + 1 + nb
+    P[p] = pl
+  end
+  G, C = { string.byte(ARGV[i], 1, -1) }, { string.byte(ARGV[i + 1], 1, -1) }
+  ng = #G / 5
+  if np > 255 then
+    local c = {}
+    for k = 1, #C / 2 do
+      c[k] = C[2 * k - 1] * 256 + C[2 * k]
+    end
+    C = c
+  end
+  first = i + 2
+end
+
+-- The fast loop: groups of up to fastMax checks ('s' or 'r'), each with
+-- one plain window limit and an integer cost below 1e6, when the call
+-- applies. Over many keys most groups of a call are such (one per
+-- namespace shard, of a check or two), and the encoder sends them first;
+-- the loop runs them here, before the functions the other groups need are
+-- made (making a function costs Redis about as much as a small command),
+-- and returns the reply after the last group, else goes on with simple
+-- and general from the first other group.
+--
+-- Each check is counted first: its HINCRBY's reply less the cost is the
+-- value before it, which it is decided on with the previous window (HGET),
+-- and it is taken back when it does not pass (HINCRBY of minus the cost,
+-- or HDEL when the field held 0 or none: a field of 0 and none are the
+-- same count). The checks of a
+-- group run in order, each seeing the counts of the ones before, and the
+-- decisions, totals and stored counts are those of one HINCRBYFLOAT per
+-- passing check. A HINCRBY the field refuses (a field that is no integer),
+-- or whose sum goes beyond 2^53 (taken back), leaves that check to read
+-- the field first and add with incr, as simple does. A counted hash takes
+-- its TTL (expire) once per group, when a check made a field in it or its
+-- window is read over a longer span.
+local fastMax = 4
+local a, type = first, type
+-- The plan of the check before (number pn), and its numbers: checks of
+-- a call mostly share their plan.
+local pn, cost, e, size, limit, arg = 0, 0, false, 0, 0, nil
+while apply and g < ng do
+  local h = 5 * g + 1
+  local how, n = G[h], G[h + 1] * 256 + G[h + 2]
+  if how == 103 or n > fastMax then -- 'g', or a group for HMGET
+    break
+  end
+  local pl = P[C[ck + 1]]
+  local fast = pl.int
+  for k = 2, n do
+    fast = fast and P[C[ck + k]].int
+  end
+  if not fast then
+    break
+  end
+  g = g + 1
+  local wc, wp = pl.wc, pl.wp
+  local hc, hp = KEYS[kb + 1 + wc], KEYS[kb + 1 + wp]
+  local counted, made = false, false
+  for k = 1, n do
+    local q = C[ck + k]
+    if q ~= pn then
+      pl = P[q]
+      pn, cost, e, size, limit, arg = q, pl.cost, pl.e, pl.size, pl.limit, pl.arg
+    end
+    local field = ARGV[a]
+    local r = redis.pcall('HINCRBY', hc, field, arg)
+    if type(r) ~= 'number' then
+      r = nil
+    elseif r >= 2^53 or r <= -2^53 then
+      redis.call('HINCRBY', hc, field, -cost)
+      r = nil
+    end
+    local cur, c, pv = nil, 0, 0
+    if r then
+      cur, c = r, r - cost
+    else
+      cur = redis.call('HGET', hc, field)
+      if cur then
+        c = tonumber(cur)
+        if not c then
+          fault(wc)
+        end
+      end
+    end
+    local prev = redis.call('HGET', hp, field)
+    if prev and e then
+      pv = tonumber(prev)
+      if not pv then
+        fault(wp)
+      end
+    end
+    local d = 0
+    -- windowFits (strategy.WindowFits), written out.
+    if c and pv and (e and (c + cost) * size + pv * (size - e) <= limit * size or not e and c + cost <= limit) then
+      d, counted = 1, true
+      if r then
+        made = made or r == cost
+      else
+        made = made or not cur
+        cur = incr(hc, field, arg, cost, c) or cur
+      end
+    elseif r then
+      if r == cost then
+        redis.call('HDEL', hc, field)
+        cur = false
+      else
+        if cost > 0 then
+          redis.call('HINCRBY', hc, field, -cost)
+        end
+        cur = c
+      end
+    elseif type(cur) == 'string' and c and c ~= 0 and c % 1 == 0 and c < 2^53 and c > -2^53 then
+      cur = c
+    end
+    nd = nd + 1
+    if d == 1 then
+      D[nd] = '1'
+    else
+      D[nd] = '0'
+    end
+    if prev and pv and e and pv ~= 0 and pv % 1 == 0 and pv < 2^53 and pv > -2^53 then
+      prev = pv
+    end
+    out[o + 1], out[o + 2], out[o + 3] = d, cur or '', prev or ''
+    o, a = o + 3, a + 1
+  end
+  if counted and (made or Wa[wc]) then
+    expire(hc, Wt[wc])
+  end
+  ck, kb = ck + n, kb + G[h + 3] * 256 + G[h + 4]
+  if g < ng then
+    nd = nd + 1
+    D[nd] = '/'
+  end
+end
+if g == ng then
+  redis.call('SET', KEYS[1], seq .. table.concat(D, '', 1, nd), 'PX', laneTTL)
+  return answer()
+end
 
 -- hset writes the fields and values in H[1 .. n] to hash key (HSET): an
 -- integer value goes as a Lua number, which Redis writes with '%.17g',
@@ -178,7 +352,10 @@ end
 -- a group of one check; else HSET of the group's integer sums, and incr
 -- for other increments, after their field's sum. It replies, for each
 -- check, its decision (1 or 0), the current window's value of its field
--- after it and the previous window's.
+-- after it and the previous window's. (The fast loop has run the groups
+-- of an integer cost and up to fastMax checks when the call applies:
+-- simple runs larger groups, groups of other costs, and every group of a
+-- call that does not apply.)
 local function simple(a)
   local argv, keys, ou, oi, dn = ARGV, KEYS, out, o, nd
   while g < ng do
@@ -214,26 +391,8 @@ local function simple(a)
     -- cs[j], ps[j] (c1, p1 for one field): the replies for field j, until
     -- a check changes it (cs: the reply of its value then); cv[j], pvs[j]:
     -- the values as numbers (false: not a number), when fields repeat.
-    --
-    -- A group of one check of an integer cost is counted first (r: the
-    -- reply of its HINCRBY, nil when it was refused, or beyond 2^53 and
-    -- taken back), then decided on the value before, r less the cost, and
-    -- taken back when it does not pass: HINCRBY of minus the cost, or HDEL
-    -- when the field held 0 or none (a field of 0 and none are the same
-    -- count). It makes two calls where the value read first makes three.
-    local cs, ps, c1, p1, r
-    if n == 1 and apply and pf.int then
-      r = redis.pcall('HINCRBY', hc, F[1], pf.arg)
-      if type(r) ~= 'number' then
-        r = nil
-      elseif r >= 2^53 or r <= -2^53 then
-        redis.call('HINCRBY', hc, F[1], -pf.cost)
-        r = nil
-      end
-    end
-    if r then
-      p1 = redis.call('HGET', hp, F[1])
-    elseif m == 1 then
+    local cs, ps, c1, p1
+    if m == 1 then
       c1, p1 = redis.call('HGET', hc, F[1]), redis.call('HGET', hp, F[1])
     else
       cs, ps = redis.call('HMGET', hc, unpack(F, 1, m)), redis.call('HMGET', hp, unpack(F, 1, m))
@@ -252,9 +411,7 @@ local function simple(a)
           cur, prev = cs[k], ps[k]
         end
         local e, c, pv = pl.e, 0, 0
-        if r then
-          c = r - pl.cost
-        elseif cur then
+        if cur then
           c = tonumber(cur)
           if not c then
             fault(wc)
@@ -273,30 +430,15 @@ local function simple(a)
             local cost, size = pl.cost, pl.size
             if e and (c + cost) * size + pv * (size - e) <= pl.limit * size or not e and c + cost <= pl.limit then
               d, counted = 1, true
-              if r then
-                cur, made = r, r == cost
+              if not cur then
+                made = true
+              end
+              if m > 1 and pl.int and c % 1 == 0 and c < 1e15 and c > -1e15 then
+                cur = c + cost
+                cs[k], W[k] = cur, true
               else
-                if not cur then
-                  made = true
-                end
-                if m > 1 and pl.int and c % 1 == 0 and c < 1e15 and c > -1e15 then
-                  cur = c + cost
-                  cs[k], W[k] = cur, true
-                else
-                  cur = incr(hc, F[k], pl.arg, cost, c) or cur
-                end
+                cur = incr(hc, F[k], pl.arg, cost, c) or cur
               end
-            end
-          end
-          if r and d == 0 then
-            if r == pl.cost then
-              redis.call('HDEL', hc, F[1])
-              cur = false
-            else
-              if pl.cost > 0 then
-                redis.call('HINCRBY', hc, F[1], -pl.cost)
-              end
-              cur = c
             end
           end
           dn = dn + 1
@@ -817,50 +959,4 @@ local function group(a)
   return nk, nxt
 end
 
--- The head: the call's lane record, its windows and plans, the groups'
--- heads and the checks' plans.
-local first
-do
-  local rec = redis.call('GET', KEYS[1])
-  apply = above(rec)
-  if not apply and #rec > 20 and string.sub(rec, 1, 20) == seq then
-    kept = rec
-  end
-  local i = 4
-  nw = tonumber(ARGV[3])
-  for w = 1, nw do
-    Wt[w], Wa[w] = ARGV[i], ARGV[i + 1] == '1'
-    i = i + 2
-  end
-  local np, blob = tonumber(ARGV[i]), ARGV[i + 1]
-  Nums = { struct.unpack('>' .. string.rep('d', #blob / 8), blob) }
-  i = i + 2
-  local x = 1
-  for p = 1, np do
-    local cost, nl, nb = Nums[x], Nums[x + 2], Nums[x + 3]
-    local pl = { cost = cost, arg = ARGV[i], now = Nums[x + 1], int = cost % 1 == 0 and cost < 1e6, nb = nb,
-      at = x + 2, ra = i + 1 }
-    x = x + 4
-    if nl == 1 and nb == 0 and Nums[x] == 2 then
-      local e = Nums[x + 4]
-      pl.wc, pl.wp, pl.size, pl.e, pl.limit = Nums[x + 1], Nums[x + 2], Nums[x + 3], e >= 0 and e, Nums[x + 5]
-    end
-    for _ = 1, nl do
-      x = x + Nums[x] + 4
-    end
-    x, i = x + 4 * nb, i + 1 + nb
-    P[p] = pl
-  end
-  G, C = { string.byte(ARGV[i], 1, -1) }, { string.byte(ARGV[i + 1], 1, -1) }
-  ng = #G / 5
-  if np > 255 then
-    local c = {}
-    for k = 1, #C / 2 do
-      c[k] = C[2 * k - 1] * 256 + C[2 * k]
-    end
-    C = c
-  end
-  first = i + 2
-end
-
-return run(group, first)
+return run(group, a)

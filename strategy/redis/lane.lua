@@ -614,6 +614,18 @@ local function keyed()
   return K
 end
 
+-- answer returns the script's reply: an error naming the first write that
+-- failed, else the first value that is no number, else the body's values.
+local function answer()
+  if failed then
+    return redis.error_reply('RATESYNC write failed, batch recorded as applied: ' .. failed)
+  end
+  if bad then
+    return redis.error_reply('RATESYNC ' .. bad)
+  end
+  return out
+end
+
 -- run runs the groups in order from the one whose arguments start at
 -- ARGV[a] (3 when a is nil: right after seq and the lane TTL), each with
 -- group(a) (the body's: it runs that group and returns its number of keys
@@ -628,12 +640,5 @@ local function run(group, a)
     end
     kb, a = kb + nk, nxt
   end
-
-  if failed then
-    return redis.error_reply('RATESYNC write failed, batch recorded as applied: ' .. failed)
-  end
-  if bad then
-    return redis.error_reply('RATESYNC ' .. bad)
-  end
-  return out
+  return answer()
 end

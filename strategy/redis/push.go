@@ -59,6 +59,7 @@ type group struct {
 	// checks' plan numbers start in checkCall.pns
 	lane                 string
 	klo, khi, lo, hi, c0 int
+	how                  byte // how check.lua runs it (checkCall.how)
 
 	bkeys  []bucketRef       // buckets, numbered 1.. (keys after the window hashes)
 	bindex map[bucketRef]int // bucket -> its number, once bkeys outgrows a linear search

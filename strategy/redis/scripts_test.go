@@ -648,3 +648,78 @@ func TestOneCheckIsCountedFirst(t *testing.T) {
 		t.Errorf("bad: stored %q, want it untouched", got)
 	}
 }
+
+// Calls whose groups mix the kinds check.lua runs (small groups of one
+// plain window limit and an integer cost, which its fast loop counts
+// first, larger groups, groups with a fractional cost or a fixed window
+// next to a sliding one, fields that repeat) decide every check in order,
+// each seeing the ones before, as the node would one after the other; a
+// call sent again returns the decisions made then and counts nothing.
+func TestChecksOfEveryGroupKindDecideInOrder(t *testing.T) {
+	s, _ := newStore(t, redis.Config{})
+	rnd := rand.New(rand.NewPCG(3, 4))
+	size := time.Minute
+	now := base.Add(20 * time.Second) // the previous window weighs 2/3
+	start := strategy.WindowStart(now, size)
+	const nkeys = 24
+	cur, prev := map[string]float64{}, map[string]float64{}
+	var diffs []strategy.Diff
+	for i := range nkeys {
+		key := fmt.Sprintf("o%d", i)
+		prev[key], cur[key] = float64(rnd.IntN(6)), float64(rnd.IntN(4))
+		diffs = append(diffs, diff("ns", key, start.Add(-size), size, prev[key]), diff("ns", key, start, size, cur[key]))
+	}
+	mustPush(t, s, strategy.Batch{Node: "seed", Seq: 1, Diffs: diffs})
+	seq, allowed, total := uint64(0), 0, 0
+	for call := range 60 {
+		checks := make([]strategy.Check, 1+rnd.IntN(14))
+		for i := range checks {
+			key := fmt.Sprintf("o%d", rnd.IntN(nkeys))
+			cost := float64(rnd.IntN(3))
+			if call%5 == 4 && i == 0 {
+				cost = 0.5 // not for the fast loop: its group goes on as before
+			}
+			l := strategy.CheckLimit{WindowSize: size, Limit: float64(4 + rnd.IntN(6)), Fixed: call%7 == 6 && i%2 == 1}
+			checks[i] = strategy.Check{Namespace: "ns", Key: key, Cost: cost, Now: now, Limits: []strategy.CheckLimit{l}}
+		}
+		seq++
+		var want []strategy.CheckResult
+		for _, c := range checks {
+			l := c.Limits[0]
+			ok := strategy.WindowFits(cur[c.Key], prev[c.Key], c.Cost, l.Limit, size.Milliseconds(), now.Sub(start).Milliseconds(), l.Fixed)
+			if ok {
+				cur[c.Key] += c.Cost
+			}
+			want = append(want, strategy.CheckResult{Allowed: ok, Totals: []strategy.Totals{{Current: cur[c.Key], Previous: prev[c.Key]}}})
+		}
+		for try := range 2 {
+			res, err := s.CheckAndCount(context.Background(), "n", seq, checks)
+			if err != nil {
+				t.Fatalf("call %d, try %d: %v", call, try, err)
+			}
+			for i, r := range res {
+				w := want[i]
+				if try == 1 {
+					w.Totals[0].Current = cur[checks[i].Key] // a retry replies the totals as they are now
+				}
+				if r.Allowed != w.Allowed || r.Totals[0] != w.Totals[0] {
+					t.Fatalf("call %d, try %d, check %d (%+v): %+v, want allowed %v, totals %+v", call, try, i, checks[i], r, w.Allowed, w.Totals[0])
+				}
+			}
+		}
+		for _, w := range want {
+			total++
+			if w.Allowed {
+				allowed++
+			}
+		}
+	}
+	if allowed < total/5 || allowed > total*4/5 {
+		t.Fatalf("%d of %d checks allowed: want many of both, or the limits are not tested", allowed, total)
+	}
+	for key, want := range cur {
+		if got := count(t, s, "ns", key, start, size); got != want {
+			t.Errorf("%s: stored %v, want %v", key, got, want)
+		}
+	}
+}

@@ -123,19 +123,22 @@
 //
 // A call of CheckAndCount whose checks have one plain window limit each
 // (what Allow of a synchronous namespace sends) makes, inside its script:
-// the lane record's GET and SET, once; then for each shard group one read
-// of each window and one write of the current one, whatever the number of
-// its checks (HGET, or HMGET of the group's fields, and HSET of its sums),
-// but for a group of one check of an integer cost, which is counted first
-// (HINCRBY: the count is taken back, HINCRBY of minus the cost or HDEL,
-// when the check does not pass) and reads only the previous window; and a
-// PTTL (and PEXPIRE) only where a field is new. The call's windows, limits
-// and costs go once per call (its plans: check.lua), and each check adds
-// its key alone to the arguments. A synchronous batch of 16 decisions over
-// 10,000 keys and 16 shards (some 10 groups) so costs some 26 commands,
-// under 2 per decision (BENCHMARKS.md, section 10). Check.lua's other path (several limits, a
-// precision, keyed limits) reads and writes each (hash, field) once per
-// group as well. The scripts need Redis 4.0 or later (HSET of several
+// the lane record's GET and SET, once; then, for a shard group of up to 4
+// checks of an integer cost (most groups of a call over many keys), per
+// check: counted first (HINCRBY: the count is taken back, HINCRBY of minus
+// the cost or HDEL, when the check does not pass) and a read of the
+// previous window (HGET), in a loop the script runs before it makes the
+// functions its other paths need; for a larger group, one read of each
+// window and one write of the current one, whatever the number of its
+// checks (HMGET of the group's fields, and HSET of its sums); and a PTTL
+// (and PEXPIRE) only where a field is new. The groups of the loop go
+// first in the call. The call's windows, limits and costs go once per
+// call (its plans: check.lua), and each check adds its key alone to the
+// arguments. A synchronous batch of 12 decisions over 10,000 keys and 16
+// shards so costs some 26 commands, about 2 per decision, and Redis some
+// 400,000 instructions (BENCHMARKS.md, section 10.2). Check.lua's other
+// path (several limits, a precision, keyed limits) reads and writes each
+// (hash, field) once per group as well. The scripts need Redis 4.0 or later (HSET of several
 // fields, UNLINK).
 //
 // # Expiry and Purge
