@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/ratesync/ratesync/internal/httpload"
 	"github.com/ratesync/ratesync/internal/testenv"
 )
@@ -34,7 +36,8 @@ var (
 	httpWarmup   = flag.Duration("http.warmup", time.Second, "TestHTTPSuite: unmeasured load before each measurement, on the same connections")
 	httpConns    = flag.Int("http.conns", 32, "TestHTTPSuite: keep-alive connections, each with one request in flight")
 	httpCases    = flag.String("http.cases", "", "TestHTTPSuite: a regexp; only the cases whose name (service/keys=n) matches run (a case's baseline is not added)")
-	httpProfile  = flag.String("http.profile", "", "TestHTTPSuite: a `directory`: in the first round, each node case is profiled while measured (CPU over the run, then allocations since the start), into NAME-keys=N.cpu.pprof and .allocs.pprof there")
+	httpProfile  = flag.String("http.profile", "", "TestHTTPSuite: a `directory`: in the first round, each node case is profiled while measured (CPU over the run, then allocations since the start, and an execution trace of its middle second), into NAME-keys=N.cpu.pprof, .allocs.pprof and .trace there")
+	httpBefore   = flag.String("http.before", "", "TestHTTPSuite: a git `revision` of this repository: its node's /v1/check cases run too, as service@revision, and a second table gives this tree's ratios to them, round by round")
 	httpUpstream = flag.String("http.upstream", os.Getenv("RATESYNC_RLS_UPSTREAM"), "TestHTTPSuite: a source tree of envoyproxy/ratelimit to build and measure too (default $RATESYNC_RLS_UPSTREAM; empty: that row is skipped)")
 )
 
@@ -103,7 +106,7 @@ func startFloor(t *testing.T, bin, name, mode string, args ...string) *service {
 
 // startCheckNode starts the node with a namespace "bench" (window 1m)
 // counting on r at syncRate (0: synchronous), or local when r is nil.
-func startCheckNode(t *testing.T, bin, dir, name string, syncRate time.Duration, r *testenv.Redis) *service {
+func startCheckNode(t *testing.T, bin, dir, name string, syncRate time.Duration, r *testenv.Redis, args ...string) *service {
 	t.Helper()
 	yaml := "namespaces:\n  - name: bench\n    window_sizes: [1m]\n"
 	var env []string
@@ -114,7 +117,7 @@ func startCheckNode(t *testing.T, bin, dir, name string, syncRate time.Duration,
 	} else {
 		yaml += "    strategy: local\n"
 	}
-	return startNode(t, bin, dir, svc, yaml, env, apiListening, nodeArgs()...)
+	return startNode(t, bin, dir, svc, yaml, env, apiListening, args...)
 }
 
 // nodeArgs are the node's flags: its API on a free port, and its
@@ -173,7 +176,10 @@ func waitHTTP(t *testing.T, svc *service, req httpload.Config) {
 // httpServices starts the suite's processes (envoyproxy/ratelimit when
 // upstream, its binary, is set) and returns its cases on each of keys,
 // each case's driver made from load (its Target, Keys and Seed set here).
-func httpServices(t *testing.T, upstream string, keys []int, load httpload.Config) []*httpCase {
+//
+// before, when set, is another build of the node (buildNodeAt), named rev:
+// its /v1/check cases run too, as service@rev, on the same floor.
+func httpServices(t *testing.T, upstream, before, rev string, keys []int, load httpload.Config) []*httpCase {
 	t.Helper()
 	node, floors := buildNode(t), buildCommand(t, "github.com/ratesync/ratesync/bench/httpfloor")
 	dir := rlsConfigDir(t)
@@ -189,9 +195,18 @@ func httpServices(t *testing.T, upstream string, keys []int, load httpload.Confi
 	}
 	all := []svcReq{
 		check(startFloor(t, floors, svcFloor, "floor"), "", false),
-		check(startCheckNode(t, node, dir, svcLocal, 0, nil), svcFloor, true),
-		check(startCheckNode(t, node, dir, svcPeriodic, time.Second, testenv.PrivateRedis(t)), svcFloor, true),
-		check(startCheckNode(t, node, dir, svcSync, 0, testenv.PrivateRedis(t)), svcFloor, true),
+		check(startCheckNode(t, node, dir, svcLocal, 0, nil, nodeArgs()...), svcFloor, true),
+		check(startCheckNode(t, node, dir, svcPeriodic, time.Second, testenv.PrivateRedis(t), nodeArgs()...), svcFloor, true),
+		check(startCheckNode(t, node, dir, svcSync, 0, testenv.PrivateRedis(t), nodeArgs()...), svcFloor, true),
+	}
+	if before != "" {
+		// No profiler: an older node may not have -pprof-listen.
+		listen := []string{"-listen", "127.0.0.1:0"}
+		all = append(all,
+			check(startCheckNode(t, before, dir, svcLocal+"@"+rev, 0, nil, listen...), svcFloor, true),
+			check(startCheckNode(t, before, dir, svcPeriodic+"@"+rev, time.Second, testenv.PrivateRedis(t), listen...), svcFloor, true),
+			check(startCheckNode(t, before, dir, svcSync+"@"+rev, 0, testenv.PrivateRedis(t), listen...), svcFloor, true),
+		)
 	}
 	if upstream != "" {
 		all = append(all, svcReq{startUpstream(t, upstream, dir, testenv.PrivateRedis(t), upstreamHTTP), jsonRequest(), "POST /json", svcFloor, false})
@@ -245,7 +260,11 @@ func TestHTTPSuite(t *testing.T) {
 	} else {
 		t.Log("envoyproxy/ratelimit: skipped (set -http.upstream or RATESYNC_RLS_UPSTREAM to its source tree)")
 	}
-	cases := httpServices(t, upstream, []int{1, 10000}, httpload.Config{Conns: *httpConns, Duration: *httpTime})
+	before := ""
+	if *httpBefore != "" {
+		before = buildNodeAt(t, *httpBefore)
+	}
+	cases := httpServices(t, upstream, before, *httpBefore, []int{1, 10000}, httpload.Config{Conns: *httpConns, Duration: *httpTime})
 	cases = slices.DeleteFunc(cases, func(c *httpCase) bool { return !only.MatchString(c.String()) })
 	if len(cases) == 0 {
 		t.Fatalf("-http.cases %q matches no case", *httpCases)
@@ -268,11 +287,45 @@ func TestHTTPSuite(t *testing.T) {
 		c.samples = append(c.samples, s)
 	})
 	t.Logf("HTTP/1.1, %d connections, %d rounds of %v per case, median [range]:\n%s", *httpConns, *httpRounds, *httpTime, httpTable(cases))
+	if before != "" {
+		t.Logf("this tree's node against %s's, ratios taken round by round, median [range]:\n%s", *httpBefore, beforeTable(cases, *httpBefore))
+	}
+}
+
+// beforeTable renders, for each case that has a twin run by the node of
+// revision rev (service@rev), this tree's ratios to the twin, each taken
+// within a round: requests/s, Redis CPU per decision, Redis commands per
+// decision (sent and run in scripts) and the service's CPU per request.
+func beforeTable(cases []*httpCase, rev string) string {
+	byName := map[string]*httpCase{}
+	for _, c := range cases {
+		byName[c.String()] = c
+	}
+	var b strings.Builder
+	b.WriteString("| service | keys | x requests/s | x Redis CPU µs / decision | x Redis commands / decision | x service CPU µs / request |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, c := range cases {
+		o := byName[fmt.Sprintf("%s@%s/keys=%d", c.svc.name, rev, c.keys)]
+		if o == nil {
+			continue
+		}
+		cell := func(f func(httpSample) float64) string { return ratioCell(column(c.samples, f), column(o.samples, f)) }
+		rcpu, cmds := "", ""
+		if c.svc.redis != nil {
+			rcpu = cell(func(s httpSample) float64 { return s.redisCPU })
+			cmds = cell(func(s httpSample) float64 { return s.cmds + s.inScripts })
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", c.svc.name, thousands(c.keys),
+			cell(func(s httpSample) float64 { return s.res.PerSecond() }), rcpu, cmds,
+			cell(func(s httpSample) float64 { return s.serverCPU }))
+	}
+	return b.String()
 }
 
 // profile starts a CPU profile of c's node that covers its measured run
-// (which starts after warm and lasts run), and returns a function that
-// waits for it and takes the allocation profile, writing both into dir.
+// (which starts after warm and lasts run) and an execution trace of the
+// run's middle second, and returns a function that waits for both and
+// takes the allocation profile, writing the three into dir.
 // Read them with go tool pprof (see bench/README.md).
 func profile(t *testing.T, c *httpCase, dir string, warm, run time.Duration) (wait func()) {
 	t.Helper()
@@ -300,19 +353,26 @@ func profile(t *testing.T, c *httpCase, dir string, warm, run time.Duration) (wa
 		}
 		return f.Close()
 	}
-	done := make(chan error, 1)
+	done, traced := make(chan error, 1), make(chan error, 1)
 	go func() {
 		time.Sleep(warm + run/16) // into the measured run
 		done <- fetch(fmt.Sprintf("%sprofile?seconds=%d", c.svc.pprof, secs), base+".cpu.pprof")
+	}()
+	go func() {
+		time.Sleep(warm + run/2 - time.Second/2) // the middle second of the measured run
+		traced <- fetch(c.svc.pprof+"trace?seconds=1", base+".trace")
 	}()
 	return func() {
 		if err := <-done; err != nil {
 			t.Errorf("%s: CPU profile: %v", c, err)
 		}
+		if err := <-traced; err != nil {
+			t.Errorf("%s: execution trace: %v", c, err)
+		}
 		if err := fetch(c.svc.pprof+"allocs", base+".allocs.pprof"); err != nil {
 			t.Errorf("%s: allocation profile: %v", c, err)
 		}
-		t.Logf("%s: profiles %s.cpu.pprof, %s.allocs.pprof", c, base, base)
+		t.Logf("%s: profiles %s.cpu.pprof, %s.allocs.pprof, execution trace %s.trace", c, base, base, base)
 	}
 }
 
@@ -381,7 +441,7 @@ func httpTable(cases []*httpCase) string {
 // requests each, answered 200, each case's ratio to its baseline taken,
 // with the Redis commands counted where they belong.
 func TestHTTPHarness(t *testing.T) {
-	cases := httpServices(t, "", []int{1, 100}, httpload.Config{Conns: 4, Requests: 300})
+	cases := httpServices(t, "", "", "", []int{1, 100}, httpload.Config{Conns: 4, Requests: 300})
 	scripted := scriptCommands(t)
 	for _, c := range cases {
 		s := measureHTTP(context.Background(), t, c, scripted, 100*time.Millisecond)
@@ -405,4 +465,28 @@ func TestHTTPHarness(t *testing.T) {
 		}
 	}
 	t.Logf("\n%s", tab)
+}
+
+// beforeTable pairs each case with its twin of the other revision and
+// takes the ratios round by round: the median and the range of the
+// per-round ratios, not the ratio of medians.
+func TestBeforeTable(t *testing.T) {
+	sample := func(reqs int64, rcpu, cmds, scripted, cpu float64) httpSample {
+		return httpSample{res: httpload.Result{Requests: reqs, Elapsed: time.Second},
+			cost: cost{redisCPU: rcpu, cmds: cmds, inScripts: scripted, serverCPU: cpu}}
+	}
+	r := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) // never dialed: marks the services that use Redis
+	t.Cleanup(func() { _ = r.Close() })
+	now := &httpCase{svc: &service{name: svcSync, redis: r}, keys: 10000, samples: []httpSample{
+		sample(1000, 10, 0.1, 1.5, 50), sample(1200, 12, 0.1, 1.7, 60), sample(900, 9, 0.1, 1.5, 40)}}
+	then := &httpCase{svc: &service{name: svcSync + "@abc123", redis: r}, keys: 10000, samples: []httpSample{
+		sample(500, 20, 0.1, 4.9, 100), sample(1000, 24, 0.1, 4.9, 100), sample(900, 36, 0.1, 4.9, 80)}}
+	local := &httpCase{svc: &service{name: svcLocal}, keys: 10000, samples: []httpSample{sample(3000, 0, 0, 0, 20)}}
+	got := beforeTable([]*httpCase{now, then, local}, "abc123")
+	want := "| service | keys | x requests/s | x Redis CPU µs / decision | x Redis commands / decision | x service CPU µs / request |\n" +
+		"|---|---|---|---|---|---|\n" +
+		"| redis-sync | 10,000 | 1.20 [1.00–2.00] | 0.50 [0.25–0.50] | 0.32 [0.32–0.36] | 0.50 [0.50–0.60] |\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
 }

@@ -411,6 +411,35 @@ func buildNode(t *testing.T) string {
 	return buildCommand(t, "github.com/ratesync/ratesync/cmd/node")
 }
 
+// buildNodeAt builds cmd/node as it was at rev, a git revision of this
+// repository, from a copy of that revision's tree (git archive).
+func buildNodeAt(t *testing.T, rev string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds cmd/node at " + rev + ": skipped with -short")
+	}
+	if out, err := exec.Command("git", "rev-parse", "--verify", "--quiet", rev+"^{commit}").CombinedOutput(); err != nil {
+		t.Fatalf("-http.before %q: not a revision of this repository (git rev-parse: %v %s)", rev, err, out)
+	}
+	src := t.TempDir()
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse --show-toplevel: %v", err)
+	}
+	export := exec.Command("sh", "-c", `git archive "$1" | tar -x -C "$2"`, "sh", rev, src)
+	export.Dir = strings.TrimSpace(string(top))
+	if out, err := export.CombinedOutput(); err != nil {
+		t.Fatalf("git archive %s: %v\n%s", rev, err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "node")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/node")
+	build.Dir = src
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/node at %s: %v\n%s", rev, err, out)
+	}
+	return bin
+}
+
 // buildUpstream builds envoyproxy/ratelimit from its source tree src.
 func buildUpstream(t *testing.T, src string) string {
 	t.Helper()
