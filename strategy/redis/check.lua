@@ -176,6 +176,15 @@ do
     C = c
   end
   first = i + 2
+  -- The reply and the decisions of a call of up to 256 checks get their
+  -- arrays at once, sized for the fast loop's (3 values per check; a
+  -- decision per check and a '/' between groups), from an unpack of nils
+  -- (a few hundred values on Lua's stack, far below its limit): a table
+  -- grown a value at a time costs Redis an allocation and a rehash at
+  -- each doubling.
+  if #C <= 256 then
+    out, D = { unpack(out, 1, 3 * #C) }, { unpack(D, 1, #C + ng) }
+  end
 end
 
 -- The fast loop: groups of up to fastMax checks ('s' or 'r'), each with
