@@ -302,21 +302,22 @@ func beforeTable(cases []*httpCase, rev string) string {
 		byName[c.String()] = c
 	}
 	var b strings.Builder
-	b.WriteString("| service | keys | x requests/s | x Redis CPU µs / decision | x Redis commands / decision | x service CPU µs / request |\n")
-	b.WriteString("|---|---|---|---|---|---|\n")
+	b.WriteString("| service | keys | x requests/s | x Redis usec / decision | x Redis CPU µs / decision | x Redis commands / decision | x service CPU µs / request |\n")
+	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, c := range cases {
 		o := byName[fmt.Sprintf("%s@%s/keys=%d", c.svc.name, rev, c.keys)]
 		if o == nil {
 			continue
 		}
 		cell := func(f func(httpSample) float64) string { return ratioCell(column(c.samples, f), column(o.samples, f)) }
-		rcpu, cmds := "", ""
+		usec, rcpu, cmds := "", "", ""
 		if c.svc.redis != nil {
+			usec = cell(func(s httpSample) float64 { return s.usec })
 			rcpu = cell(func(s httpSample) float64 { return s.redisCPU })
 			cmds = cell(func(s httpSample) float64 { return s.cmds + s.inScripts })
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", c.svc.name, thousands(c.keys),
-			cell(func(s httpSample) float64 { return s.res.PerSecond() }), rcpu, cmds,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", c.svc.name, thousands(c.keys),
+			cell(func(s httpSample) float64 { return s.res.PerSecond() }), usec, rcpu, cmds,
 			cell(func(s httpSample) float64 { return s.serverCPU }))
 	}
 	return b.String()
@@ -473,7 +474,7 @@ func TestHTTPHarness(t *testing.T) {
 func TestBeforeTable(t *testing.T) {
 	sample := func(reqs int64, rcpu, cmds, scripted, cpu float64) httpSample {
 		return httpSample{res: httpload.Result{Requests: reqs, Elapsed: time.Second},
-			cost: cost{redisCPU: rcpu, cmds: cmds, inScripts: scripted, serverCPU: cpu}}
+			cost: cost{usec: cpu / 10, redisCPU: rcpu, cmds: cmds, inScripts: scripted, serverCPU: cpu}}
 	}
 	r := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"}) // never dialed: marks the services that use Redis
 	t.Cleanup(func() { _ = r.Close() })
@@ -483,9 +484,9 @@ func TestBeforeTable(t *testing.T) {
 		sample(500, 20, 0.1, 4.9, 100), sample(1000, 24, 0.1, 4.9, 100), sample(900, 36, 0.1, 4.9, 80)}}
 	local := &httpCase{svc: &service{name: svcLocal}, keys: 10000, samples: []httpSample{sample(3000, 0, 0, 0, 20)}}
 	got := beforeTable([]*httpCase{now, then, local}, "abc123")
-	want := "| service | keys | x requests/s | x Redis CPU µs / decision | x Redis commands / decision | x service CPU µs / request |\n" +
-		"|---|---|---|---|---|---|\n" +
-		"| redis-sync | 10,000 | 1.20 [1.00–2.00] | 0.50 [0.25–0.50] | 0.32 [0.32–0.36] | 0.50 [0.50–0.60] |\n"
+	want := "| service | keys | x requests/s | x Redis usec / decision | x Redis CPU µs / decision | x Redis commands / decision | x service CPU µs / request |\n" +
+		"|---|---|---|---|---|---|---|\n" +
+		"| redis-sync | 10,000 | 1.20 [1.00–2.00] | 0.50 [0.50–0.60] | 0.50 [0.25–0.50] | 0.32 [0.32–0.36] | 0.50 [0.50–0.60] |\n"
 	if got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
