@@ -105,7 +105,8 @@ func startFloor(t *testing.T, bin, name, mode string, args ...string) *service {
 }
 
 // startCheckNode starts the node with a namespace "bench" (window 1m)
-// counting on r at syncRate (0: synchronous), or local when r is nil.
+// counting on r at syncRate (0: synchronous), or local when r is nil,
+// with args as its flags (nodeArgs, or fewer for an older build).
 func startCheckNode(t *testing.T, bin, dir, name string, syncRate time.Duration, r *testenv.Redis, args ...string) *service {
 	t.Helper()
 	yaml := "namespaces:\n  - name: bench\n    window_sizes: [1m]\n"
@@ -294,8 +295,9 @@ func TestHTTPSuite(t *testing.T) {
 
 // beforeTable renders, for each case that has a twin run by the node of
 // revision rev (service@rev), this tree's ratios to the twin, each taken
-// within a round: requests/s, Redis CPU per decision, Redis commands per
-// decision (sent and run in scripts) and the service's CPU per request.
+// within a round: requests/s, Redis command time (usec) and CPU per
+// decision, Redis commands per decision (sent and run in scripts) and the
+// service's CPU per request.
 func beforeTable(cases []*httpCase, rev string) string {
 	byName := map[string]*httpCase{}
 	for _, c := range cases {
