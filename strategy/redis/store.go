@@ -136,10 +136,10 @@
 // call (its plans: check.lua), and each check adds its key alone to the
 // arguments. A synchronous batch of 12 decisions over 10,000 keys and 16
 // shards so costs some 26 commands, about 2 per decision, and Redis some
-// 400,000 instructions (BENCHMARKS.md, section 10.2). Check.lua's other
-// path (several limits, a precision, keyed limits) reads and writes each
-// (hash, field) once per group as well. The scripts need Redis 4.0 or later (HSET of several
-// fields, UNLINK).
+// 400,000 instructions (BENCHMARKS.md, sections 10.2 and 10.3).
+// Check.lua's other path (several limits, a precision, keyed limits)
+// reads and writes each (hash, field) once per group as well. The scripts
+// need Redis 4.0 or later (HSET of several fields, UNLINK).
 //
 // # Expiry and Purge
 //
