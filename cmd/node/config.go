@@ -35,6 +35,7 @@ const (
 	DefaultShutdownTimeout = 15 * time.Second
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultMaxKeyBytes     = middleware.DefaultMaxKeyBytes
+	DefaultGCHeapFloor     = 64 << 20
 	DefaultSyncRate        = time.Second
 	DefaultCallTimeout     = time.Second // a namespace's timeout, as the library's default
 	DefaultGatewayTimeout  = 30 * time.Second
@@ -121,6 +122,7 @@ type NodeConfig struct {
 	ShutdownTimeout Duration `json:"shutdown_timeout" yaml:"shutdown_timeout"`                 // drain requests, then final sync, each within it; default 15s
 	MaxBodyBytes    int64    `json:"max_body_bytes" yaml:"max_body_bytes"`                     // request body bound of the API; default 64 KiB
 	MaxKeyBytes     int      `json:"max_key_bytes" yaml:"max_key_bytes"`                       // key length bound; default 1 KiB
+	GCHeapFloor     int64    `json:"gc_heap_floor" yaml:"gc_heap_floor"`                       // the garbage collector's smallest heap goal, bytes (internal/gcfloor); 0: GOGC alone; default 64 MiB
 	adminTokenFrom  string   // "file", "env" or ""
 	pprofListen     string   // -pprof-listen: Go's profiler's address; default none
 }

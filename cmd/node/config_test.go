@@ -60,7 +60,7 @@ func TestDefaultConfig(t *testing.T) {
 		ns.WindowSizes[0] != Duration(time.Second) || ns.WindowSizes[2] != Duration(time.Hour) {
 		t.Errorf("default namespace: %+v", ns)
 	}
-	if cfg.Node.MaxBodyBytes != 64<<10 || cfg.Node.MaxKeyBytes != 1024 || cfg.Node.LogFormat != "text" {
+	if cfg.Node.MaxBodyBytes != 64<<10 || cfg.Node.MaxKeyBytes != 1024 || cfg.Node.LogFormat != "text" || cfg.Node.GCHeapFloor != 64<<20 {
 		t.Errorf("node defaults: %+v", cfg.Node)
 	}
 }
@@ -198,6 +198,8 @@ policies:
 		{"listen", "node:\n  listen: localhost\n", nil, `test.yaml:2: node.listen: "localhost": must be host:port`},
 		{"log format", "node:\n  log_format: xml\n", nil, `node.log_format: "xml": must be one of text, json`},
 		{"body limit", "node:\n  max_body_bytes: 10\n", nil, `node.max_body_bytes: "10": must be at least 256`},
+		{"heap floor", "node:\n  gc_heap_floor: -1\n", nil, `test.yaml:2: node.gc_heap_floor: "-1": must be 0 (none) or a number of bytes`},
+		{"heap floor not a number", "node:\n  gc_heap_floor: 64MiB\n", nil, `test.yaml:2: node.gc_heap_floor: "64MiB": must be a whole number`},
 		{"header family", "headers:\n  families: [draft-03]\n", nil, `headers.families[0]: "draft-03": must be one of ratelimit, x-ratelimit`},
 		{"hide not a bool", "headers:\n  hide: maybe\n", nil, `headers.hide: "maybe": must be true or false`},
 		{"require_stores not a bool", "require_stores: yes\n", nil, `test.yaml:1: require_stores: "yes": must be true or false`},

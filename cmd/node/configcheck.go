@@ -111,6 +111,9 @@ func (n *NodeConfig) applyDefaults(getenv func(string) string, set func(path str
 	if !set("node.max_key_bytes") {
 		n.MaxKeyBytes = DefaultMaxKeyBytes
 	}
+	if !set("node.gc_heap_floor") {
+		n.GCHeapFloor = DefaultGCHeapFloor
+	}
 }
 
 func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(field string) bool) {
@@ -321,6 +324,9 @@ func (s *source) checkNode(n *NodeConfig) {
 	}
 	if n.MaxKeyBytes < 1 {
 		s.bad("node.max_key_bytes", "", "must be at least 1")
+	}
+	if n.GCHeapFloor < 0 {
+		s.bad("node.gc_heap_floor", "", "must be 0 (none) or a number of bytes")
 	}
 }
 

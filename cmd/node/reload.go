@@ -22,13 +22,14 @@ const reloadTimeout = 30 * time.Second
 // reloader is the part of the Node that applies new configurations. One
 // reload runs at a time, under mu; requests never wait for it.
 type reloader struct {
-	mu     sync.Mutex
-	load   func() (Config, error) // reads flags, file and environment as at start; nil: the node does not reload
-	logCtl *logControl            // the logger's level and secrets; nil: they stay as at start
-	stores *stores                // the stores in use; changed under mu
-	hup    <-chan os.Signal       // SIGHUP; nil: no signal
-	seen   string                 // fingerprint of the configuration files as last read
-	closed bool                   // the node closed: no more reloads
+	mu        sync.Mutex
+	load      func() (Config, error) // reads flags, file and environment as at start; nil: the node does not reload
+	logCtl    *logControl            // the logger's level and secrets; nil: they stay as at start
+	heapFloor func(int64)            // sets node.gc_heap_floor (heapFloor); nil: it stays as at start
+	stores    *stores                // the stores in use; changed under mu
+	hup       <-chan os.Signal       // SIGHUP; nil: no signal
+	seen      string                 // fingerprint of the configuration files as last read
+	closed    bool                   // the node closed: no more reloads
 }
 
 // reload reads the configuration again (flags, file, environment, the rls
@@ -164,6 +165,9 @@ func (n *Node) apply(ctx context.Context, cfg Config, why string) error {
 	if n.logCtl != nil {
 		n.logCtl.set(cfg)
 	}
+	if n.heapFloor != nil {
+		n.heapFloor(cfg.Node.GCHeapFloor)
+	}
 	for _, f := range restart {
 		n.log.Warn("configuration reload: this setting needs a restart; the running value is kept", "field", f)
 	}
@@ -286,6 +290,7 @@ func diff(old, cfg Config) changes {
 	field("node.shutdown_timeout", o.ShutdownTimeout != nn.ShutdownTimeout)
 	field("node.max_body_bytes", o.MaxBodyBytes != nn.MaxBodyBytes)
 	field("node.max_key_bytes", o.MaxKeyBytes != nn.MaxKeyBytes)
+	field("node.gc_heap_floor", o.GCHeapFloor != nn.GCHeapFloor)
 	field("headers", !reflect.DeepEqual(old.Headers, cfg.Headers))
 	if og, g := old.Gateway, cfg.Gateway; og != nil && g != nil {
 		field("gateway.upstream", og.Upstream != g.Upstream)

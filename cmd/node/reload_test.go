@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -499,4 +500,34 @@ func TestReloadRLSRulesAndHeaders(t *testing.T) {
 	if logs := n.logs.String(); !strings.Contains(logs, "rls_domains=edge settings=rls.response_headers") {
 		t.Errorf("the reload line does not name the rls changes:\n%s", logs)
 	}
+}
+
+// node.gc_heap_floor follows the file, and with GOGC in the environment
+// the node leaves the collector alone.
+func TestReloadHeapFloor(t *testing.T) {
+	n := newReloadNode(t, "node: {gc_heap_floor: 100000000}\n", nil)
+	var set []int64
+	n.heapFloor = func(b int64) { set = append(set, b) }
+	n.rewrite(t, "node: {gc_heap_floor: 0}\n")
+	if !slices.Equal(set, []int64{0}) {
+		t.Errorf("floors set by the reload: %v, want [0]", set)
+	}
+	if !strings.Contains(n.logs.String(), "node.gc_heap_floor") {
+		t.Errorf("the reload's log line does not name node.gc_heap_floor:\n%s", n.logs)
+	}
+
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	heapFloor(envOf(nil), log)(96 << 20)
+	if f := gcTuner().Floor(); f != 96<<20 {
+		t.Errorf("floor %d after setting 96 MiB", f)
+	}
+	heapFloor(envOf(map[string]string{"GOGC": "200"}), log)(32 << 20)
+	if f := gcTuner().Floor(); f != 96<<20 {
+		t.Errorf("floor %d after setting 32 MiB with GOGC=200: want it untouched", f)
+	}
+	if !strings.Contains(logs.String(), `msg="node.gc_heap_floor not applied: GOGC is set" GOGC=200`) {
+		t.Errorf("no line saying GOGC stands:\n%s", logs.String())
+	}
+	gcTuner().Set(DefaultGCHeapFloor)
 }

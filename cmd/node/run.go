@@ -14,9 +14,12 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ratesync/ratesync/internal/gcfloor"
 )
 
 // run is the whole process but for SIGINT, SIGTERM and the exit code: read
@@ -58,10 +61,13 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	if cfg.Node.adminTokenFrom != "" {
 		log.Info("admin token set", "from", cfg.Node.adminTokenFrom)
 	}
+	setFloor := heapFloor(getenv, log)
+	setFloor(cfg.Node.GCHeapFloor)
 	n, err := newNode(ctx, cfg, log)
 	if err != nil {
 		return logExit(log, "ratesync node cannot start", redactErr(err, cfg))
 	}
+	n.heapFloor = setFloor
 	if addr := cfg.Node.pprofListen; addr != "" {
 		bound, stop, err := servePprof(ctx, addr)
 		if err != nil {
@@ -77,6 +83,22 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	// dial it had under way, a line that would follow the node's last one.
 	redisLog.Store(nil)
 	return logExit(log, "ratesync node stopped with an error", redactErr(err, cfg))
+}
+
+// gcTuner keeps the process's heap goal at node.gc_heap_floor: one for
+// the process, whatever the nodes in it (tests run several; the last
+// floor set holds).
+var gcTuner = sync.OnceValue(func() *gcfloor.Tuner { return gcfloor.Start(0) })
+
+// heapFloor returns what sets node.gc_heap_floor for the process: the
+// tuner's Set, or, with GOGC in the environment, nothing (that GOGC
+// stands alone, as the operator set it).
+func heapFloor(getenv func(string) string, log *slog.Logger) func(int64) {
+	if v := getenv("GOGC"); v != "" {
+		log.Info("node.gc_heap_floor not applied: GOGC is set", "GOGC", v)
+		return func(int64) {}
+	}
+	return gcTuner().Set
 }
 
 // servePprof serves Go's profiler (net/http/pprof's /debug/pprof/) on addr

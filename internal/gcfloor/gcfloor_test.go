@@ -1,0 +1,162 @@
+package gcfloor
+
+import (
+	"math"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+func TestPercentFor(t *testing.T) {
+	const mib = 1 << 20
+	tests := []struct {
+		floor int64
+		live  uint64
+		base  int
+		want  int
+	}{
+		{0, 3 * mib, 100, 100},           // no floor
+		{64 * mib, 64 * mib, 100, 100},   // the live heap reaches it
+		{64 * mib, 200 * mib, 100, 100},  // beyond it
+		{64 * mib, 40 * mib, 100, 100},   // base's goal, 80 MiB, reaches it
+		{64 * mib, 16 * mib, 100, 300},   // 16 MiB × 4
+		{64 * mib, 20 * mib, 100, 220},   // rounded up: 20 × 3.2
+		{64 * mib, 3 * mib, 100, 1600},   // held by the heap minimum: 4 MiB × 16
+		{64 * mib, 0, 100, 1600},         // before the first collection
+		{64 * mib, 16 * mib, 500, 500},   // a larger base stands
+		{1 << 62, 1, 100, math.MaxInt32}, // bounded
+		{-5, 3 * mib, 100, 100},          // no floor
+	}
+	for _, tt := range tests {
+		if got := percentFor(tt.floor, tt.live, tt.base); got != tt.want {
+			t.Errorf("percentFor(%d, %d, %d) = %d, want %d", tt.floor, tt.live, tt.base, got, tt.want)
+		}
+	}
+}
+
+// gcPercent reads the GOGC in force.
+func gcPercent() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(int32(s[0].Value.Uint64()))
+}
+
+// cycles reads the number of completed collections.
+func cycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+var sink []byte
+
+// churn allocates n bytes of garbage, 32 KiB at a time, and returns the
+// collections it took.
+func churn(n int) uint64 {
+	c0 := cycles()
+	for range n / (32 << 10) {
+		sink = make([]byte, 32<<10)
+	}
+	sink = nil
+	return cycles() - c0
+}
+
+// untilPercent collects until GOGC reads want (the tuner adjusts after a
+// collection, on the runtime's cleanup goroutine), for at most 5 seconds.
+func untilPercent(t *testing.T, want func(int) bool, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !want(gcPercent()); {
+		if time.Now().After(deadline) {
+			t.Fatalf("GOGC %d after 5s of collections: want %s", gcPercent(), what)
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// settle runs a collection and waits for the tuner to adjust after it.
+func settle(t *testing.T, tu *Tuner) {
+	t.Helper()
+	n := tu.seen.Load()
+	runtime.GC()
+	for deadline := time.Now().Add(5 * time.Second); tu.seen.Load() == n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the tuner did not adjust within 5s of a collection")
+		}
+	}
+}
+
+func TestFloorCutsCollections(t *testing.T) {
+	base := gcPercent()
+	runtime.GC()
+	without := churn(512 << 20)
+
+	tu := Start(256 << 20)
+	defer tu.Stop()
+	untilPercent(t, func(p int) bool { return p > base }, "above the base")
+	with := churn(512 << 20)
+	t.Logf("512 MiB of garbage: %d collections without a floor, %d with 256 MiB", without, with)
+	if with > 4 || with*4 > without {
+		t.Errorf("%d collections with a 256 MiB floor (%d without): want at most 4, and a quarter of those without", with, without)
+	}
+	// The goal follows the live heap of the collection before; allocating
+	// during a collection's marking inflates what it finds live, so the
+	// goal is read after two quiet collections.
+	settle(t, tu)
+	settle(t, tu)
+	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	metrics.Read(goal)
+	if g := goal[0].Value.Uint64(); g < 250<<20 || g > 270<<20 {
+		t.Errorf("heap goal %d MiB with a 256 MiB floor (GOGC %d, live %d KiB): want the floor", g>>20, gcPercent(), goal[1].Value.Uint64()>>10)
+	}
+	if p := tu.Percent(); p != gcPercent() {
+		t.Errorf("Percent() = %d, GOGC in force %d", p, gcPercent())
+	}
+}
+
+func TestSetAndStop(t *testing.T) {
+	base := gcPercent()
+	tu := Start(128 << 20)
+	untilPercent(t, func(p int) bool { return p > base }, "above the base")
+	if tu.Floor() != 128<<20 {
+		t.Errorf("Floor() = %d", tu.Floor())
+	}
+	tu.Set(0)
+	if p := gcPercent(); p != base || tu.Percent() != base {
+		t.Errorf("floor removed: GOGC %d, Percent() %d, want the base %d", p, tu.Percent(), base)
+	}
+	tu.Set(128 << 20)
+	if p := gcPercent(); p <= base {
+		t.Errorf("floor set again: GOGC %d, want above the base %d", p, base)
+	}
+	tu.Stop()
+	if p := gcPercent(); p != base {
+		t.Errorf("stopped: GOGC %d, want the base %d back", p, base)
+	}
+	// Collections after Stop leave GOGC alone.
+	debug.SetGCPercent(base + 7)
+	defer debug.SetGCPercent(base)
+	runtime.GC()
+	runtime.GC()
+	time.Sleep(10 * time.Millisecond) // the cleanup goroutine's turn
+	runtime.GC()
+	if p := gcPercent(); p != base+7 {
+		t.Errorf("GOGC %d after Stop and collections, want %d (set by hand)", p, base+7)
+	}
+}
+
+func TestGOGCOffStandsAlone(t *testing.T) {
+	old := debug.SetGCPercent(-1)
+	defer debug.SetGCPercent(old)
+	tu := Start(128 << 20)
+	defer tu.Stop()
+	tu.Set(256 << 20)
+	if p := gcPercent(); p != -1 {
+		t.Errorf("GOGC %d: want it off, as set", p)
+	}
+	if tu.Percent() != -1 {
+		t.Errorf("Percent() = %d, want -1 (off)", tu.Percent())
+	}
+}
