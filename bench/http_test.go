@@ -455,6 +455,9 @@ func TestHTTPHarness(t *testing.T) {
 		if p := s.misplaced(c.svc.redis != nil, c.svc.name == svcSync); p != "" {
 			t.Errorf("%s: %s", c, p)
 		}
+		if counted := s.gcs >= 0; counted != (c.request == "POST /v1/check" && c.svc.name != svcFloor) {
+			t.Errorf("%s: %.3f garbage collections per 1,000 decisions: want them counted for the node's /v1/check alone", c, s.gcs)
+		}
 	}
 	tab := httpTable(cases)
 	rows := strings.Split(strings.TrimSpace(tab), "\n")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,7 @@ type service struct {
 	settle time.Duration // how long after a run its store work may still come (a periodic sync)
 	pid    int
 	pprof  string // the node's profiler, http://host:port/debug/pprof/, when started with -pprof-listen
+	gc     bool   // addr serves the node's /metrics: the run counts its garbage collections
 }
 
 // useRedis makes svc count on r with the given sync rate (0:
@@ -60,6 +62,7 @@ type cost struct {
 	usec      float64 // Redis usec per decision in the commands the service sent (a script's own include its commands')
 	redisCPU  float64 // Redis CPU µs per decision (INFO cpu)
 	serverCPU float64 // the service process's CPU µs per decision
+	gcs       float64 // the node's garbage collections per 1,000 decisions; -1: not counted
 	perCmd    map[string]float64
 }
 
@@ -71,8 +74,12 @@ type sample[R any] struct {
 
 // perDecision is c for a log line.
 func (c cost) perDecision() string {
-	return fmt.Sprintf("per decision: %.2f commands + %.2f in scripts, %.1f usec in commands, %.1f µs Redis CPU, %.1f µs service CPU",
+	line := fmt.Sprintf("per decision: %.2f commands + %.2f in scripts, %.1f usec in commands, %.1f µs Redis CPU, %.1f µs service CPU",
 		c.cmds, c.inScripts, c.usec, c.redisCPU, c.serverCPU)
+	if c.gcs >= 0 {
+		line += fmt.Sprintf("; %.3f garbage collections per 1,000 decisions", c.gcs)
+	}
+	return line
 }
 
 // misplaced tells what is wrong with c in a harness's brief run: Redis
@@ -111,6 +118,7 @@ func measure[R any](t *testing.T, svc *service, scripted map[string]bool, run fu
 	t.Helper()
 	time.Sleep(svc.settle)
 	before := readRedisStats(t, svc.redis)
+	gc0 := gcCount(t, svc)
 	cpu0, _ := procCPU(svc.pid)
 	res, decisions, err := run()
 	if err != nil {
@@ -118,11 +126,47 @@ func measure[R any](t *testing.T, svc *service, scripted map[string]bool, run fu
 	}
 	time.Sleep(svc.settle)
 	cpu1, _ := procCPU(svc.pid)
+	gc1 := gcCount(t, svc)
 	after := readRedisStats(t, svc.redis)
 	if decisions <= 0 {
 		t.Fatalf("%s: no decisions: %v", svc.name, res)
 	}
-	return sample[R]{res: res, cost: costOf(before, after, cpu1-cpu0, float64(decisions), scripted)}
+	c := costOf(before, after, cpu1-cpu0, float64(decisions), scripted)
+	c.gcs = -1
+	if gc0 >= 0 && gc1 >= 0 {
+		c.gcs = float64(gc1-gc0) * 1000 / float64(decisions)
+	}
+	return sample[R]{res: res, cost: c}
+}
+
+// gcCount reads the garbage collections the node svc has made
+// (go_gc_duration_seconds_count on its /metrics); -1 for a service that
+// is not a node, or one whose /metrics does not say.
+func gcCount(t *testing.T, svc *service) int64 {
+	t.Helper()
+	if !svc.gc {
+		return -1
+	}
+	resp, err := http.Get("http://" + svc.addr + "/metrics")
+	if err != nil {
+		t.Fatalf("%s: /metrics: %v", svc.name, err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_gc_duration_seconds_count "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("%s: /metrics: go_gc_duration_seconds_count %q", svc.name, v)
+			}
+			return n
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("%s: /metrics: %v", svc.name, err)
+	}
+	return -1
 }
 
 // costOf is the cost per decision of n decisions between two readings of
@@ -382,6 +426,7 @@ func startNode(t *testing.T, bin, dir string, svc *service, yaml string, env []s
 	}
 	p := startProcess(t, svc.name, exec.Command(bin, append([]string{"-config", cfg}, args...)...), env, pattern)
 	svc.addr, svc.pid = p.match, p.cmd.Process.Pid
+	svc.gc = pattern == apiListening
 	// The node logs its profiler's URL before it listens.
 	if m := pprofListening.FindStringSubmatch(p.log()); m != nil {
 		svc.pprof = m[1]
