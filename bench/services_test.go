@@ -156,11 +156,11 @@ func gcCount(t *testing.T, svc *service) int64 {
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "go_gc_duration_seconds_count "); ok {
-			n, err := strconv.ParseInt(v, 10, 64)
+			n, err := strconv.ParseFloat(v, 64) // the text format may write 1e+06
 			if err != nil {
 				t.Fatalf("%s: /metrics: go_gc_duration_seconds_count %q", svc.name, v)
 			}
-			return n
+			return int64(n)
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -36,6 +36,7 @@ const (
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultMaxKeyBytes     = middleware.DefaultMaxKeyBytes
 	DefaultGCHeapFloor     = 64 << 20
+	MaxGCHeapFloor         = 1 << 30
 	DefaultSyncRate        = time.Second
 	DefaultCallTimeout     = time.Second // a namespace's timeout, as the library's default
 	DefaultGatewayTimeout  = 30 * time.Second

@@ -325,8 +325,8 @@ func (s *source) checkNode(n *NodeConfig) {
 	if n.MaxKeyBytes < 1 {
 		s.bad("node.max_key_bytes", "", "must be at least 1")
 	}
-	if n.GCHeapFloor < 0 {
-		s.bad("node.gc_heap_floor", "", "must be 0 (none) or a number of bytes")
+	if n.GCHeapFloor < 0 || n.GCHeapFloor > MaxGCHeapFloor {
+		s.bad("node.gc_heap_floor", "", fmt.Sprintf("must be 0 (no floor) or a number of bytes up to %d (1 GiB)", MaxGCHeapFloor))
 	}
 }
 

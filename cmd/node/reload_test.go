@@ -505,6 +505,8 @@ func TestReloadRLSRulesAndHeaders(t *testing.T) {
 // node.gc_heap_floor follows the file, and with GOGC in the environment
 // the node leaves the collector alone.
 func TestReloadHeapFloor(t *testing.T) {
+	was := gcTuner().Floor()
+	t.Cleanup(func() { gcTuner().Set(was) })
 	n := newReloadNode(t, "node: {gc_heap_floor: 100000000}\n", nil)
 	var set []int64
 	n.heapFloor = func(b int64) { set = append(set, b) }
@@ -529,5 +531,4 @@ func TestReloadHeapFloor(t *testing.T) {
 	if !strings.Contains(logs.String(), `msg="node.gc_heap_floor not applied: GOGC is set" GOGC=200`) {
 		t.Errorf("no line saying GOGC stands:\n%s", logs.String())
 	}
-	gcTuner().Set(DefaultGCHeapFloor)
 }

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"sync"
 	"testing"
 	"time"
 )
@@ -12,26 +13,27 @@ import (
 func TestPercentFor(t *testing.T) {
 	const mib = 1 << 20
 	tests := []struct {
-		floor int64
-		live  uint64
-		base  int
-		want  int
+		floor       int64
+		live, roots uint64
+		base        int
+		want        int
 	}{
-		{0, 3 * mib, 100, 100},           // no floor
-		{64 * mib, 64 * mib, 100, 100},   // the live heap reaches it
-		{64 * mib, 200 * mib, 100, 100},  // beyond it
-		{64 * mib, 40 * mib, 100, 100},   // base's goal, 80 MiB, reaches it
-		{64 * mib, 16 * mib, 100, 300},   // 16 MiB × 4
-		{64 * mib, 20 * mib, 100, 220},   // rounded up: 20 × 3.2
-		{64 * mib, 3 * mib, 100, 1600},   // held by the heap minimum: 4 MiB × 16
-		{64 * mib, 0, 100, 1600},         // before the first collection
-		{64 * mib, 16 * mib, 500, 500},   // a larger base stands
-		{1 << 62, 1, 100, math.MaxInt32}, // bounded
-		{-5, 3 * mib, 100, 100},          // no floor
+		{0, 3 * mib, 0, 100, 100},                // no floor
+		{64 * mib, 64 * mib, 0, 100, 100},        // the live heap reaches it
+		{64 * mib, 200 * mib, 0, 100, 100},       // beyond it
+		{64 * mib, 40 * mib, 0, 100, 100},        // base's goal, 80 MiB, reaches it
+		{64 * mib, 16 * mib, 0, 100, 300},        // 16 + 16 × 3
+		{64 * mib, 20 * mib, 0, 100, 220},        // rounded up: 20 + 20 × 2.2
+		{64 * mib, 16 * mib, 16 * mib, 100, 150}, // 16 + (16 + 16) × 1.5: stacks and globals are scanned too
+		{64 * mib, 3 * mib, 0, 100, 1600},        // held by the heap minimum: 4 MiB × 16
+		{64 * mib, 0, 0, 100, 1600},              // before the first collection
+		{64 * mib, 16 * mib, 0, 500, 500},        // a larger base stands
+		{1 << 62, 1, 0, 100, math.MaxInt32},      // bounded
+		{-5, 3 * mib, 0, 100, 100},               // no floor
 	}
 	for _, tt := range tests {
-		if got := percentFor(tt.floor, tt.live, tt.base); got != tt.want {
-			t.Errorf("percentFor(%d, %d, %d) = %d, want %d", tt.floor, tt.live, tt.base, got, tt.want)
+		if got := percentFor(tt.floor, tt.live, tt.roots, tt.base); got != tt.want {
+			t.Errorf("percentFor(%d, %d, %d, %d) = %d, want %d", tt.floor, tt.live, tt.roots, tt.base, got, tt.want)
 		}
 	}
 }
@@ -76,7 +78,20 @@ func untilPercent(t *testing.T, want func(int) bool, what string) {
 	}
 }
 
-// settle runs a collection and waits for the tuner to adjust after it.
+// needsCollector skips a test whose floor the environment would override:
+// GOGC off or 0, or a memory limit under floor.
+func needsCollector(t *testing.T, floor int64) {
+	t.Helper()
+	if p := gcPercent(); p <= 0 {
+		t.Skipf("GOGC is %d: the tuner leaves it", p)
+	}
+	if l := debug.SetMemoryLimit(-1); l < floor*2 {
+		t.Skipf("memory limit %d bytes: it, not the floor, sets the goal", l)
+	}
+}
+
+// settle runs a collection and waits for the tuner to adjust after it
+// (within PollEvery).
 func settle(t *testing.T, tu *Tuner) {
 	t.Helper()
 	n := tu.seen.Load()
@@ -89,6 +104,7 @@ func settle(t *testing.T, tu *Tuner) {
 }
 
 func TestFloorCutsCollections(t *testing.T) {
+	needsCollector(t, 256<<20)
 	base := gcPercent()
 	runtime.GC()
 	without := churn(512 << 20)
@@ -117,6 +133,7 @@ func TestFloorCutsCollections(t *testing.T) {
 }
 
 func TestSetAndStop(t *testing.T) {
+	needsCollector(t, 128<<20)
 	base := gcPercent()
 	tu := Start(128 << 20)
 	untilPercent(t, func(p int) bool { return p > base }, "above the base")
@@ -139,8 +156,7 @@ func TestSetAndStop(t *testing.T) {
 	debug.SetGCPercent(base + 7)
 	defer debug.SetGCPercent(base)
 	runtime.GC()
-	runtime.GC()
-	time.Sleep(10 * time.Millisecond) // the cleanup goroutine's turn
+	time.Sleep(3 * PollEvery) // a running poller would have looked
 	runtime.GC()
 	if p := gcPercent(); p != base+7 {
 		t.Errorf("GOGC %d after Stop and collections, want %d (set by hand)", p, base+7)
@@ -158,5 +174,33 @@ func TestGOGCOffStandsAlone(t *testing.T) {
 	}
 	if tu.Percent() != -1 {
 		t.Errorf("Percent() = %d, want -1 (off)", tu.Percent())
+	}
+}
+
+// A live heap above the runtime's heap minimum: the goal is the floor, the
+// live heap and the scanned stacks counted.
+var kept [][]byte
+
+func TestFloorWithALiveHeap(t *testing.T) {
+	needsCollector(t, 128<<20)
+	for range 24 {
+		kept = append(kept, make([]byte, 1<<20))
+	}
+	defer func() { kept = nil }()
+	stop := make(chan struct{})
+	var parked sync.WaitGroup
+	for range 200 { // stacks to scan
+		parked.Add(1)
+		go func() { defer parked.Done(); <-stop }()
+	}
+	defer func() { close(stop); parked.Wait() }()
+	tu := Start(128 << 20)
+	defer tu.Stop()
+	settle(t, tu)
+	settle(t, tu)
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	if g := s[0].Value.Uint64(); g < 125<<20 || g > 135<<20 {
+		t.Errorf("heap goal %d MiB with a 128 MiB floor and %d MiB live (GOGC %d): want the floor", g>>20, s[1].Value.Uint64()>>20, gcPercent())
 	}
 }
