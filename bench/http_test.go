@@ -271,8 +271,8 @@ func TestHTTPSuite(t *testing.T) {
 		t.Fatalf("-http.cases %q matches no case", *httpCases)
 	}
 	scripted := scriptCommands(t)
-	t.Logf("%d cases, %d rounds of %v each (+%v warm-up), %d connections per case, GOMAXPROCS %d, %d CPUs",
-		len(cases), *httpRounds, *httpTime, *httpWarmup, *httpConns, procs(), numCPU())
+	t.Logf("%d cases, %d rounds of %v each (+%v warm-up), %d connections per case, GOMAXPROCS %d (services: %s), %d CPUs",
+		len(cases), *httpRounds, *httpTime, *httpWarmup, *httpConns, procs(), servicesProcs(), numCPU())
 	ctx := context.Background()
 	interleave(*httpRounds, len(cases), func(round, i int) {
 		c := cases[i]

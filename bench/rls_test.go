@@ -110,8 +110,8 @@ func TestRLSSuite(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d services, %d cases, %d rounds of %v each (+%v warm-up), %d connection(s) per case, GOMAXPROCS %d, %d CPUs",
-		len(services), len(cases), *rlsRounds, *rlsTime, *rlsWarmup, *rlsConns, procs(), numCPU())
+	t.Logf("%d services, %d cases, %d rounds of %v each (+%v warm-up), %d connection(s) per case, GOMAXPROCS %d (services: %s), %d CPUs",
+		len(services), len(cases), *rlsRounds, *rlsTime, *rlsWarmup, *rlsConns, procs(), servicesProcs(), numCPU())
 	ctx := context.Background()
 	interleave(*rlsRounds, len(cases), func(round, i int) {
 		c := cases[i]

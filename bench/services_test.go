@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -27,6 +28,16 @@ import (
 // What the suites measuring services in processes of their own share
 // (TestRLSSuite, TestHTTPSuite): building and starting the processes, the
 // Redis statistics and process CPU read around a run, and the table cells.
+
+// servicesProcs is -services.procs for the suites' first line.
+func servicesProcs() string {
+	if *serviceProcs > 0 {
+		return strconv.Itoa(*serviceProcs)
+	}
+	return "default"
+}
+
+var serviceProcs = flag.Int("services.procs", 0, "TestHTTPSuite, TestRLSSuite: GOMAXPROCS of every service process they start (nodes, floors, envoyproxy/ratelimit; not Redis, not the driver); 0: Go's default, the machine's cores")
 
 // service is a process under test listening on addr, with its Redis (nil
 // for none).
@@ -569,6 +580,9 @@ func startProcess(t *testing.T, name string, cmd *exec.Cmd, env []string, patter
 	t.Helper()
 	p := &process{cmd: cmd, done: make(chan struct{})}
 	cmd.Env = append(os.Environ(), env...)
+	if *serviceProcs > 0 {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+strconv.Itoa(*serviceProcs))
+	}
 	out, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
