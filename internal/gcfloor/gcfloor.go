@@ -29,7 +29,7 @@ import (
 	"time"
 )
 
-// PollEvery is how often the tuner looks for a finished collection.
+// PollEvery is how often the tuner reads what the last collection found.
 const PollEvery = 50 * time.Millisecond
 
 // Tuner keeps the heap goal at or above its floor until Stop.
@@ -37,12 +37,9 @@ type Tuner struct {
 	floor atomic.Int64 // bytes; 0: GOGC stays base
 	base  int          // the GOGC in force when the tuner started; -1: off
 
-	seen atomic.Uint64 // collections the tuner has adjusted after
-
 	mu      sync.Mutex // serializes adjust and Stop; guards what follows
 	stopped bool
-	percent int    // the GOGC last set
-	cycles  uint64 // the collections counted at the last adjustment
+	percent int // the GOGC last set
 	samples []metrics.Sample
 
 	stop chan struct{} // closed by Stop
@@ -54,7 +51,6 @@ var sampleNames = []string{
 	"/gc/heap/live:bytes",
 	"/gc/scan/stack:bytes",
 	"/gc/scan/globals:bytes",
-	"/gc/cycles/total:gc-cycles",
 	"/gc/gogc:percent",
 }
 
@@ -71,7 +67,7 @@ func Start(floor int64) *Tuner {
 	metrics.Read(t.samples)
 	t.floor.Store(max(floor, 0))
 	t.base = -1 // off
-	if v := t.samples[4].Value; v.Kind() == metrics.KindUint64 && v.Uint64() <= math.MaxInt32 {
+	if v := t.samples[3].Value; v.Kind() == metrics.KindUint64 && v.Uint64() <= math.MaxInt32 {
 		t.base = int(v.Uint64())
 	}
 	t.percent = t.base
@@ -94,14 +90,6 @@ func (t *Tuner) Set(floor int64) {
 // Floor returns the floor in bytes.
 func (t *Tuner) Floor() int64 { return t.floor.Load() }
 
-// Percent returns the GOGC the tuner set last (base when the floor does
-// not matter, or when the tuner is stopped).
-func (t *Tuner) Percent() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.percent
-}
-
 // Stop ends the adjustments and puts GOGC back at base.
 func (t *Tuner) Stop() {
 	t.mu.Lock()
@@ -120,7 +108,9 @@ func (t *Tuner) Stop() {
 	<-t.done
 }
 
-// poll adjusts GOGC after each collection it sees, until Stop.
+// poll adjusts GOGC every PollEvery until Stop: the live heap, stacks and
+// globals it reads change only when a collection ends, and GOGC is set
+// only when the percentage changes.
 func (t *Tuner) poll() {
 	defer close(t.done)
 	tick := time.NewTicker(PollEvery)
@@ -144,10 +134,6 @@ func (t *Tuner) adjust() {
 		return
 	}
 	metrics.Read(t.samples)
-	if c := t.samples[3].Value.Uint64(); c != t.cycles {
-		t.cycles = c
-		t.seen.Add(1)
-	}
 	roots := t.samples[1].Value.Uint64() + t.samples[2].Value.Uint64()
 	p := percentFor(t.floor.Load(), t.samples[0].Value.Uint64(), roots, t.base)
 	if p != t.percent {

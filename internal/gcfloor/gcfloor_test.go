@@ -65,21 +65,11 @@ func churn(n int) uint64 {
 	return cycles() - c0
 }
 
-// untilPercent collects until GOGC reads want (the tuner adjusts after a
-// collection, on the runtime's cleanup goroutine), for at most 5 seconds.
-func untilPercent(t *testing.T, want func(int) bool, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !want(gcPercent()); {
-		if time.Now().After(deadline) {
-			t.Fatalf("GOGC %d after 5s of collections: want %s", gcPercent(), what)
-		}
-		runtime.GC()
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // needsCollector skips a test whose floor the environment would override:
-// GOGC off or 0, or a memory limit under floor.
+// GOGC off or 0, or a memory limit under floor. Then it collects once, so
+// that the live heap the tuner starts from is what is live: a collection
+// during a burst of allocation (another test's) counts what the burst
+// allocated while it marked.
 func needsCollector(t *testing.T, floor int64) {
 	t.Helper()
 	if p := gcPercent(); p <= 0 {
@@ -88,19 +78,21 @@ func needsCollector(t *testing.T, floor int64) {
 	if l := debug.SetMemoryLimit(-1); l < floor*2 {
 		t.Skipf("memory limit %d bytes: it, not the floor, sets the goal", l)
 	}
+	runtime.GC()
 }
 
-// settle runs a collection and waits for the tuner to adjust after it
-// (within PollEvery).
-func settle(t *testing.T, tu *Tuner) {
-	t.Helper()
-	n := tu.seen.Load()
+// settle runs a collection and adjusts GOGC after it, as the poller
+// does within PollEvery.
+func settle(tu *Tuner) {
 	runtime.GC()
-	for deadline := time.Now().Add(5 * time.Second); tu.seen.Load() == n; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the tuner did not adjust within 5s of a collection")
-		}
-	}
+	tu.adjust()
+}
+
+// heap reads the heap goal and the live heap, in MiB.
+func heap() (goal, live uint64) {
+	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64() >> 20, s[1].Value.Uint64() >> 20
 }
 
 func TestFloorCutsCollections(t *testing.T) {
@@ -108,27 +100,28 @@ func TestFloorCutsCollections(t *testing.T) {
 	base := gcPercent()
 	runtime.GC()
 	without := churn(512 << 20)
+	runtime.GC() // a quiet one: see needsCollector
 
 	tu := Start(256 << 20)
 	defer tu.Stop()
-	untilPercent(t, func(p int) bool { return p > base }, "above the base")
+	if p := gcPercent(); p <= base {
+		t.Fatalf("GOGC %d after Start with a 256 MiB floor: want above the base %d", p, base)
+	}
 	with := churn(512 << 20)
 	t.Logf("512 MiB of garbage: %d collections without a floor, %d with 256 MiB", without, with)
-	if with > 4 || with*4 > without {
-		t.Errorf("%d collections with a 256 MiB floor (%d without): want at most 4, and a quarter of those without", with, without)
+	// Without the floor the count varies (a collection that marks while
+	// the loop allocates counts what it allocated as live, and the next
+	// goal grows with it): 69–157 in most runs, once 7.
+	if with > 4 || with*2 > without {
+		t.Errorf("%d collections with a 256 MiB floor (%d without): want at most 4, and half of those without", with, without)
 	}
 	// The goal follows the live heap of the collection before; allocating
 	// during a collection's marking inflates what it finds live, so the
 	// goal is read after two quiet collections.
-	settle(t, tu)
-	settle(t, tu)
-	goal := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/heap/live:bytes"}}
-	metrics.Read(goal)
-	if g := goal[0].Value.Uint64(); g < 250<<20 || g > 270<<20 {
-		t.Errorf("heap goal %d MiB with a 256 MiB floor (GOGC %d, live %d KiB): want the floor", g>>20, gcPercent(), goal[1].Value.Uint64()>>10)
-	}
-	if p := tu.Percent(); p != gcPercent() {
-		t.Errorf("Percent() = %d, GOGC in force %d", p, gcPercent())
+	settle(tu)
+	settle(tu)
+	if g, live := heap(); g < 250 || g > 270 {
+		t.Errorf("heap goal %d MiB with a 256 MiB floor (GOGC %d, live %d MiB): want the floor", g, gcPercent(), live)
 	}
 }
 
@@ -136,13 +129,15 @@ func TestSetAndStop(t *testing.T) {
 	needsCollector(t, 128<<20)
 	base := gcPercent()
 	tu := Start(128 << 20)
-	untilPercent(t, func(p int) bool { return p > base }, "above the base")
+	if p := gcPercent(); p <= base {
+		t.Errorf("started with a 128 MiB floor: GOGC %d, want above the base %d", p, base)
+	}
 	if tu.Floor() != 128<<20 {
 		t.Errorf("Floor() = %d", tu.Floor())
 	}
 	tu.Set(0)
-	if p := gcPercent(); p != base || tu.Percent() != base {
-		t.Errorf("floor removed: GOGC %d, Percent() %d, want the base %d", p, tu.Percent(), base)
+	if p := gcPercent(); p != base {
+		t.Errorf("floor removed: GOGC %d, want the base %d", p, base)
 	}
 	tu.Set(128 << 20)
 	if p := gcPercent(); p <= base {
@@ -172,17 +167,19 @@ func TestGOGCOffStandsAlone(t *testing.T) {
 	if p := gcPercent(); p != -1 {
 		t.Errorf("GOGC %d: want it off, as set", p)
 	}
-	if tu.Percent() != -1 {
-		t.Errorf("Percent() = %d, want -1 (off)", tu.Percent())
-	}
 }
 
 // A live heap above the runtime's heap minimum: the goal is the floor, the
-// live heap and the scanned stacks counted.
+// live heap and the scanned stacks counted. The heap grows after the
+// tuner set GOGC for a tiny one, so the collection that finds it sets a
+// goal many times the floor; the poller brings it back.
 var kept [][]byte
 
 func TestFloorWithALiveHeap(t *testing.T) {
 	needsCollector(t, 128<<20)
+	tu := Start(128 << 20)
+	defer tu.Stop()
+	settle(tu)
 	for range 24 {
 		kept = append(kept, make([]byte, 1<<20))
 	}
@@ -194,13 +191,21 @@ func TestFloorWithALiveHeap(t *testing.T) {
 		go func() { defer parked.Done(); <-stop }()
 	}
 	defer func() { close(stop); parked.Wait() }()
-	tu := Start(128 << 20)
-	defer tu.Stop()
-	settle(t, tu)
-	settle(t, tu)
-	s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}, {Name: "/gc/heap/live:bytes"}}
-	metrics.Read(s)
-	if g := s[0].Value.Uint64(); g < 125<<20 || g > 135<<20 {
-		t.Errorf("heap goal %d MiB with a 128 MiB floor and %d MiB live (GOGC %d): want the floor", g>>20, s[1].Value.Uint64()>>20, gcPercent())
+	runtime.GC()
+	if g, live := heap(); g < 200 {
+		t.Logf("goal %d MiB for %d MiB live before the tuner's next look", g, live)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		g, live := heap()
+		if g >= 125 && g <= 135 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("heap goal %d MiB with a 128 MiB floor and %d MiB live (GOGC %d), 5s after the collection: want the poller to set the floor", g, live, gcPercent())
+		}
+	}
+	settle(tu)
+	if g, live := heap(); g < 125 || g > 135 {
+		t.Errorf("heap goal %d MiB with a 128 MiB floor and %d MiB live (GOGC %d), after another collection: want the floor", g, live, gcPercent())
 	}
 }
