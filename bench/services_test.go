@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -454,9 +455,18 @@ func buildCommand(t *testing.T, pkg string) string {
 	if testing.Short() {
 		t.Skip("builds " + pkg + ": skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	return goBuild(t, "", pkg, filepath.Base(pkg))
+}
+
+// goBuild builds pkg, from the module in dir ("": this one), into a
+// temporary directory as name, and returns the binary's path.
+func goBuild(t *testing.T, dir, pkg, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	build := exec.Command("go", "build", "-o", bin, pkg)
+	build.Dir = dir
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s in %s: %v\n%s", pkg, cmp.Or(dir, "."), err, out)
 	}
 	return bin
 }
@@ -487,25 +497,13 @@ func buildNodeAt(t *testing.T, rev string) string {
 	if out, err := export.CombinedOutput(); err != nil {
 		t.Fatalf("git archive %s: %v\n%s", rev, err, out)
 	}
-	bin := filepath.Join(t.TempDir(), "node")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/node")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/node at %s: %v\n%s", rev, err, out)
-	}
-	return bin
+	return goBuild(t, src, "./cmd/node", "node")
 }
 
 // buildUpstream builds envoyproxy/ratelimit from its source tree src.
 func buildUpstream(t *testing.T, src string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "ratelimit")
-	build := exec.Command("go", "build", "-o", bin, "./src/service_cmd")
-	build.Dir = src
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./src/service_cmd in %s: %v\n%s", src, err, out)
-	}
-	return bin
+	return goBuild(t, src, "./src/service_cmd", "ratelimit")
 }
 
 // upstreamListener is which of envoyproxy/ratelimit's listeners a
