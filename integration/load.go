@@ -61,6 +61,10 @@ type Decision struct {
 	Allowed bool
 	Err     error
 	Latency time.Duration
+	// Reset is the first limit's Reset in the node's answer: for a fixed
+	// window, the time from the node's decision to the end of the window it
+	// counted the hit in. Run records it; RunWith leaves it 0.
+	Reset time.Duration
 }
 
 // Result is every decision of a run.
@@ -119,15 +123,33 @@ func schedule(l Load, nodes int, start time.Time) []arrival {
 // Run offers l to the cluster's nodes and records every decision. A node's
 // error is recorded in its Decision, never hidden.
 func Run(ctx context.Context, c *Cluster, l Load) (*Result, error) {
-	return RunWith(ctx, len(c.Nodes), l, func(ctx context.Context, node int, key string, cost float64) (bool, error) {
+	return run(ctx, len(c.Nodes), l, func(ctx context.Context, node int, key string, cost float64) (answer, error) {
 		d, err := c.Nodes[node].Allow(ctx, c.Namespace(), key, cost, l.Limits...)
-		return d.Allowed, err
+		a := answer{allowed: d.Allowed}
+		if len(d.Limits) > 0 {
+			a.reset = d.Limits[0].Reset
+		}
+		return a, err
 	})
 }
 
 // RunWith offers l to nodes through ask (an in-process Allow, an HTTP
 // call...) and records every decision.
 func RunWith(ctx context.Context, nodes int, l Load, ask func(ctx context.Context, node int, key string, cost float64) (bool, error)) (*Result, error) {
+	return run(ctx, nodes, l, func(ctx context.Context, node int, key string, cost float64) (answer, error) {
+		ok, err := ask(ctx, node, key, cost)
+		return answer{allowed: ok}, err
+	})
+}
+
+// answer is a node's answer to one arrival: the decision, and the first
+// limit's Reset when known.
+type answer struct {
+	allowed bool
+	reset   time.Duration
+}
+
+func run(ctx context.Context, nodes int, l Load, ask func(ctx context.Context, node int, key string, cost float64) (answer, error)) (*Result, error) {
 	if l.Rate <= 0 || l.Duration <= 0 {
 		return nil, fmt.Errorf("integration: load rate %v and duration %v: both must be > 0", l.Rate, l.Duration)
 	}
@@ -153,8 +175,8 @@ func RunWith(ctx context.Context, nodes int, l Load, ask func(ctx context.Contex
 			for i := range work {
 				a := arrivals[i]
 				t0 := time.Now()
-				ok, err := ask(ctx, a.node, KeyName(a.key), l.Cost)
-				res.Decisions[i] = Decision{At: t0, Due: a.at, Node: a.node, Key: a.key, Allowed: ok && err == nil, Err: err, Latency: time.Since(t0)}
+				ans, err := ask(ctx, a.node, KeyName(a.key), l.Cost)
+				res.Decisions[i] = Decision{At: t0, Due: a.at, Node: a.node, Key: a.key, Allowed: ans.allowed && err == nil, Err: err, Latency: time.Since(t0), Reset: ans.reset}
 			}
 		})
 	}
@@ -216,15 +238,42 @@ type WindowCount struct {
 // PerWindow counts admitted hits per key and epoch-aligned window of size,
 // by the arrivals' true time, for the windows wholly inside the run.
 func (r *Result) PerWindow(size time.Duration) []WindowCount {
+	return r.perWindow(size, func(d *Decision) int64 {
+		ms, sz := d.At.UnixMilli(), size.Milliseconds()
+		return ms - ms%sz // epoch-aligned, as the library's windows
+	})
+}
+
+// PerDecidedWindow counts admitted hits per key and window of size as the
+// nodes counted them, for a run (Run) whose first limit is a fixed window
+// of size: a hit asked at At and answered Latency later was decided in
+// between, in the window that ends Reset after that instant, the multiple
+// of size nearest At + Latency/2 + Reset while half the latency plus the
+// nodes' clock error stays under half a window. A hit asked just before a
+// window's end may be decided in the next window; PerWindow, by the true
+// time of the asking, counts it in the window before.
+func (r *Result) PerDecidedWindow(size time.Duration) []WindowCount {
+	return r.perWindow(size, func(d *Decision) int64 { return d.DecidedWindow(size).UnixMilli() })
+}
+
+// DecidedWindow returns the start of the fixed window of size that d was
+// counted in (see PerDecidedWindow).
+func (d *Decision) DecidedWindow(size time.Duration) time.Time {
+	ms, sz := d.At.Add(d.Latency/2+d.Reset).UnixMilli(), size.Milliseconds()
+	return time.UnixMilli((ms+sz/2)/sz*sz - sz)
+}
+
+// perWindow counts admitted hits per key and the window start (Unix ms)
+// startOf gives each, for the windows wholly inside the run.
+func (r *Result) perWindow(size time.Duration, startOf func(d *Decision) int64) []WindowCount {
 	type id struct {
 		key   int
 		start int64
 	}
 	counts := make(map[id]int)
-	for _, d := range r.Decisions {
-		if d.Allowed {
-			ms, sz := d.At.UnixMilli(), size.Milliseconds()
-			counts[id{d.Key, ms - ms%sz}]++ // epoch-aligned, as the library's windows
+	for i := range r.Decisions {
+		if d := &r.Decisions[i]; d.Allowed {
+			counts[id{d.Key, startOf(d)}]++
 		}
 	}
 	var out []WindowCount
@@ -251,6 +300,45 @@ func (r *Result) MaxPerWindow(size time.Duration) int {
 		return w[0].Admitted
 	}
 	return 0
+}
+
+// AdmittedPerKey returns the allowed decisions of each key.
+func (r *Result) AdmittedPerKey() map[int]float64 {
+	out := make(map[int]float64)
+	for _, d := range r.Decisions {
+		if d.Allowed {
+			out[d.Key]++
+		}
+	}
+	return out
+}
+
+// WindowStarts returns the starts of the epoch-aligned windows of size
+// that a decision of the run may have been counted in: those that meet the
+// span from its first asking to its last answer, widened by slack (the
+// nodes' clock error) at both ends. A hit asked just before a window's end
+// may be counted in the next, so a count per window by the time of the
+// asking can be off by such hits where the sum over these windows is not.
+func (r *Result) WindowStarts(size, slack time.Duration) []time.Time {
+	var first, last time.Time
+	for _, d := range r.Decisions {
+		if first.IsZero() || d.At.Before(first) {
+			first = d.At
+		}
+		if end := d.At.Add(d.Latency); end.After(last) {
+			last = end
+		}
+	}
+	if first.IsZero() {
+		return nil
+	}
+	sz := size.Milliseconds()
+	from, to := first.Add(-slack).UnixMilli(), last.Add(slack).UnixMilli()
+	var out []time.Time
+	for s := from - from%sz; s <= to; s += sz {
+		out = append(out, time.UnixMilli(s))
+	}
+	return out
 }
 
 // OfferedRate returns the offered rate of key, hits per second.
