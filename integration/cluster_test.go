@@ -123,19 +123,20 @@ func TestSynchronousNeverExceedsTheLimit(t *testing.T) {
 				noErrors(t, res)
 				if fixed {
 					// By the window each hit was counted in: one asked just
-					// before a window's end may be counted in the next. That
-					// window holds an instant of the asking (within the
-					// nodes' clock error), or the node's Reset is wrong.
+					// before a window's end may be counted in the next. The
+					// instant that window's end and the node's Reset give
+					// falls between the asking and the answer (within the
+					// nodes' clock error), or the attribution is wrong.
 					moved := 0
 					for _, d := range res.Decisions {
 						if !d.Allowed {
 							continue
 						}
 						s := d.DecidedWindow(window)
-						if s.After(d.At.Add(d.Latency+clockSlack)) || !s.Add(window).After(d.At.Add(-clockSlack)) {
-							t.Fatalf("a hit asked at %v and answered %v later was counted in the window starting %v (Reset %v)", d.At, d.Latency, s, d.Reset)
+						if at := s.Add(window - d.Reset); at.Before(d.At.Add(-clockSlack)) || at.After(d.At.Add(d.Latency+clockSlack)) {
+							t.Fatalf("a hit asked at %v and answered %v later was counted in the window starting %v, %v before its end", d.At, d.Latency, s, d.Reset)
 						}
-						if !s.Equal(d.At.Truncate(window)) {
+						if s.UnixMilli() != d.At.UnixMilli()/window.Milliseconds()*window.Milliseconds() {
 							moved++
 						}
 					}
@@ -159,8 +160,10 @@ func TestSynchronousNeverExceedsTheLimit(t *testing.T) {
 }
 
 // clockSlack bounds how far a node's namespace clock (the store's, by
-// its measured offset) may be from the true clock in these tests.
-const clockSlack = 50 * time.Millisecond
+// its measured offset) may be from the true clock in these tests, where
+// the store runs on the same host: the offset's error, and up to 100 ms
+// that the clock may stand still after a lower estimate (syncer).
+const clockSlack = 250 * time.Millisecond
 
 func admissions(ws []WindowCount) []int {
 	out := make([]int, len(ws))
