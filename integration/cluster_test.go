@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy"
 )
 
 // Once traffic stops, within two sync intervals every node reports the
@@ -136,7 +137,7 @@ func TestSynchronousNeverExceedsTheLimit(t *testing.T) {
 						if at := s.Add(window - d.Reset); at.Before(d.At.Add(-clockSlack)) || at.After(d.At.Add(d.Latency+clockSlack)) {
 							t.Fatalf("a hit asked at %v and answered %v later was counted in the window starting %v, %v before its end", d.At, d.Latency, s, d.Reset)
 						}
-						if s.UnixMilli() != d.At.UnixMilli()/window.Milliseconds()*window.Milliseconds() {
+						if !s.Equal(strategy.WindowStart(d.At, window)) {
 							moved++
 						}
 					}

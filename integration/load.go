@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy"
 )
 
 // Spread says which node an arrival goes to.
@@ -238,10 +239,7 @@ type WindowCount struct {
 // PerWindow counts admitted hits per key and epoch-aligned window of size,
 // by the arrivals' true time, for the windows wholly inside the run.
 func (r *Result) PerWindow(size time.Duration) []WindowCount {
-	return r.perWindow(size, func(d *Decision) int64 {
-		ms, sz := d.At.UnixMilli(), size.Milliseconds()
-		return ms - ms%sz // epoch-aligned, as the library's windows
-	})
+	return r.perWindow(size, func(d *Decision) int64 { return strategy.WindowStart(d.At, size).UnixMilli() })
 }
 
 // PerDecidedWindow counts admitted hits per key and window of size as the
@@ -259,8 +257,8 @@ func (r *Result) PerDecidedWindow(size time.Duration) []WindowCount {
 // DecidedWindow returns the start of the fixed window of size that d was
 // counted in (see PerDecidedWindow).
 func (d *Decision) DecidedWindow(size time.Duration) time.Time {
-	ms, sz := d.At.Add(d.Latency/2+d.Reset).UnixMilli(), size.Milliseconds()
-	return time.UnixMilli((ms+sz/2)/sz*sz - sz)
+	end := strategy.WindowStart(d.At.Add(d.Latency/2+d.Reset+size/2), size) // the nearest window end
+	return end.Add(-size)
 }
 
 // perWindow counts admitted hits per key and the window start (Unix ms)
@@ -332,11 +330,9 @@ func (r *Result) WindowStarts(size, slack time.Duration) []time.Time {
 	if first.IsZero() {
 		return nil
 	}
-	sz := size.Milliseconds()
-	from, to := first.Add(-slack).UnixMilli(), last.Add(slack).UnixMilli()
 	var out []time.Time
-	for s := from - from%sz; s <= to; s += sz {
-		out = append(out, time.UnixMilli(s))
+	for s, to := strategy.WindowStart(first.Add(-slack), size), last.Add(slack); !s.After(to); s = s.Add(size) {
+		out = append(out, s)
 	}
 	return out
 }
