@@ -1,8 +1,8 @@
 // Package gcfloor keeps the Go garbage collector's heap goal at or above a
-// floor, for a process whose live heap is small but which allocates fast:
-// a limiter node keeps a few MiB live while its requests allocate tens of
-// MiB a second, and with GOGC's default (the goal twice the live heap) it
-// would collect dozens of times a second. Each collection costs the same
+// floor, for a process whose live heap is small beside what it allocates:
+// with GOGC's default (the goal twice the live heap) a limiter node under
+// load collected about 30 times a second (BENCHMARKS.md, section 19), and
+// once or twice a second with the floor. Each collection costs the same
 // fixed work (stacks, roots, the stop phases, idle mark workers on every
 // P), so their number, not their size, is the cost.
 //
