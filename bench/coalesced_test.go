@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
@@ -202,7 +204,7 @@ func benchCoalesced(b *testing.B, be *backend, op string, nkeys int) {
 		k := key(w, i)
 		if op == "increment" {
 			_, err := be.store.PushAndCount(ctx, strategy.Batch{Node: lanes[w], Seq: seqs[w], Diffs: []strategy.Diff{{
-				Namespace: ns, Key: k, WindowStart: strategy.WindowStart(now, time.Minute), WindowSize: time.Minute, Value: 1,
+				Namespace: ns, Key: k, WindowStart: arith.WindowStart(now, time.Minute), WindowSize: time.Minute, Value: 1,
 			}}})
 			return err
 		}
@@ -295,7 +297,7 @@ func TestSynchronousCoalescedExact(t *testing.T) {
 			ctx := context.Background()
 			be := o.open(t, workers)
 			now := time.Now()
-			start := strategy.WindowStart(now, window)
+			start := arith.WindowStart(now, window)
 			in := newInstance(t, "exact", frozen(now), ratelimiting.WithSyncTimeout(0, hitTimeout))
 			mustNew(t, in, namespace.Config{Name: "sync", SyncRate: namespace.Synchronous, Strategy: be.store, WindowSizes: []time.Duration{window}, Clock: namespace.NodeClock})
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
 	"github.com/ratesync/ratesync/strategy"
@@ -85,7 +87,7 @@ func BenchmarkSyncFollowsActiveKeys(b *testing.B) {
 				}
 			}
 			now := time.Now()
-			start := strategy.WindowStart(now, window)
+			start := arith.WindowStart(now, window)
 			cs := &counting{Strategy: be.store}
 			in := newInstance(b, "follow", frozen(now))
 			names := [2]string{"loaded", "empty"}
@@ -176,7 +178,7 @@ func TestSyncReadsOnlyHeldKeys(t *testing.T) {
 			ctx := context.Background()
 			be := o.open(t, 0)
 			now := time.Now()
-			start := strategy.WindowStart(now, window)
+			start := arith.WindowStart(now, window)
 			preload(t, be.store, "api", start, 5_000) // other-0000000 .. other-0004999
 			cs := &counting{Strategy: be.store}
 			in := newInstance(t, "reads", frozen(now))

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
-	"github.com/ratesync/ratesync/strategy"
 )
 
 // Once traffic stops, within two sync intervals every node reports the
@@ -137,7 +138,7 @@ func TestSynchronousNeverExceedsTheLimit(t *testing.T) {
 						if at := s.Add(window - d.Reset); at.Before(d.At.Add(-clockSlack)) || at.After(d.At.Add(d.Latency+clockSlack)) {
 							t.Fatalf("a hit asked at %v and answered %v later was counted in the window starting %v, %v before its end", d.At, d.Latency, s, d.Reset)
 						}
-						if !s.Equal(strategy.WindowStart(d.At, window)) {
+						if !s.Equal(arith.WindowStart(d.At, window)) {
 							moved++
 						}
 					}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -230,7 +232,7 @@ func TestLostRepliesAdmitExactlyTheLimit(t *testing.T) {
 				if err := c.Close(context.Background()); err != nil {
 					t.Fatalf("close: %v", err)
 				}
-				stored, err := v.direct.GetWindow(context.Background(), c.Namespace(), "k", strategy.WindowStart(start, time.Hour), time.Hour)
+				stored, err := v.direct.GetWindow(context.Background(), c.Namespace(), "k", arith.WindowStart(start, time.Hour), time.Hour)
 				if err != nil {
 					t.Fatal(err)
 				}

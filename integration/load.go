@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/ratelimiting"
-	"github.com/ratesync/ratesync/strategy"
 )
 
 // Spread says which node an arrival goes to.
@@ -239,7 +240,7 @@ type WindowCount struct {
 // PerWindow counts admitted hits per key and epoch-aligned window of size,
 // by the arrivals' true time, for the windows wholly inside the run.
 func (r *Result) PerWindow(size time.Duration) []WindowCount {
-	return r.perWindow(size, func(d *Decision) int64 { return strategy.WindowStart(d.At, size).UnixMilli() })
+	return r.perWindow(size, func(d *Decision) int64 { return arith.WindowStart(d.At, size).UnixMilli() })
 }
 
 // PerDecidedWindow counts admitted hits per key and window of size as the
@@ -257,7 +258,7 @@ func (r *Result) PerDecidedWindow(size time.Duration) []WindowCount {
 // DecidedWindow returns the start of the fixed window of size that d was
 // counted in (see PerDecidedWindow).
 func (d *Decision) DecidedWindow(size time.Duration) time.Time {
-	end := strategy.WindowStart(d.At.Add(d.Latency/2+d.Reset+size/2), size) // the nearest window end
+	end := arith.WindowStart(d.At.Add(d.Latency/2+d.Reset+size/2), size) // the nearest window end
 	return end.Add(-size)
 }
 
@@ -331,7 +332,7 @@ func (r *Result) WindowStarts(size, slack time.Duration) []time.Time {
 		return nil
 	}
 	var out []time.Time
-	for s, to := strategy.WindowStart(first.Add(-slack), size), last.Add(slack); !s.After(to); s = s.Add(size) {
+	for s, to := arith.WindowStart(first.Add(-slack), size), last.Add(slack); !s.After(to); s = s.Add(size) {
 		out = append(out, s)
 	}
 	return out

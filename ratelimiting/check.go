@@ -6,8 +6,9 @@ import (
 	"hash/maphash"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/shm"
-	"github.com/ratesync/ratesync/strategy"
 )
 
 // Allow decides whether a request of cost passes every limit, and counts it
@@ -31,8 +32,8 @@ type group struct {
 	passable bool
 }
 
-func (g *group) state() windowState {
-	return windowState{cur: g.cur, prev: g.prev, size: g.sr.Size(), e: g.e}
+func (g *group) state() arith.Window {
+	return arith.Window{Cur: g.cur, Prev: g.prev, Size: g.sr.Size(), Elapsed: g.e}
 }
 
 // bgroup is the work on one bucket of a Check: bucket limits of one
@@ -42,8 +43,8 @@ type bgroup struct {
 	first    int     // the first limit of the request naming it
 	rate     float64 // Limit: level drained per ms
 	burst    float64 // the smallest capacity of the limits sharing it
-	before   bucketState
-	after    bucketState
+	before   arith.Bucket
+	after    arith.Bucket
 	counted  bool
 	passable bool
 }
@@ -449,19 +450,19 @@ func (g *group) tighten(l *Limit) {
 }
 
 // fits reports whether a request of cost fits every limit of window group
-// j when its current window holds before: strategy.WindowFits, the
+// j when its current window holds before: arith.WindowFits, the
 // comparison every store makes, against the group's tightest limits, and
-// for the group's spans strategy.SpanFits's.
+// for the group's spans arith.SpanFits's.
 func (p *plan) fits(j int, before, cost float64) bool {
 	g := &p.groups[j]
-	if g.fixed != 0 && !strategy.WindowFits(before, g.prev, cost, g.fixed, g.sr.Size(), g.e, true) {
+	if g.fixed != 0 && !arith.WindowFits(before, g.prev, cost, g.fixed, g.sr.Size(), g.e, true) {
 		return false
 	}
-	if g.sliding != 0 && !strategy.WindowFits(before, g.prev, cost, g.sliding, g.sr.Size(), g.e, false) {
+	if g.sliding != 0 && !arith.WindowFits(before, g.prev, cost, g.sliding, g.sr.Size(), g.e, false) {
 		return false
 	}
 	for i := range p.spans {
-		if s := &p.spans[i]; s.g == j && !strategy.WindowFits(before+s.mid, s.old, cost, s.limit, g.sr.Size(), g.e, false) {
+		if s := &p.spans[i]; s.g == j && !arith.WindowFits(before+s.mid, s.old, cost, s.limit, g.sr.Size(), g.e, false) {
 			return false
 		}
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/syncer"
@@ -139,12 +141,12 @@ func (p *plan) takeBucket(b *bgroup, key string) bool { return b.take(key, p.cos
 // read reads the bucket's state at now into before and after, and judges a
 // request of cost on it.
 func (b *bgroup) read(key string, cost float64, now int64) {
-	b.before = bucketState{rate: b.rate, window: b.t.Window(), origin: now}
+	b.before = arith.Bucket{Rate: b.rate, Window: b.t.Window(), Origin: now}
 	if bk := b.t.Get(key, b.rate, now); bk != nil {
 		for {
 			word, _, alive := b.t.Level(bk, now)
 			if alive {
-				b.before.base, b.before.origin = math.Float64frombits(word), b.t.Epoch()
+				b.before.Base, b.before.Origin = math.Float64frombits(word), b.t.Epoch()
 				break
 			}
 			if bk = b.t.Get(key, b.rate, now); bk == nil {
@@ -153,7 +155,7 @@ func (b *bgroup) read(key string, cost float64, now int64) {
 		}
 	}
 	b.after = b.before
-	b.passable = strategy.BucketFits(b.before.level(now), cost, b.burst, b.t.Window())
+	b.passable = arith.BucketFits(b.before.Level(now), cost, b.burst, b.t.Window())
 }
 
 // take takes cost from the bucket when it fits, with one compare-and-swap
@@ -161,11 +163,11 @@ func (b *bgroup) read(key string, cost float64, now int64) {
 // A dict too full to hold the bucket judges it empty and counts nothing, as
 // for a window counter it cannot make.
 func (b *bgroup) take(key string, cost float64, now int64) bool {
-	st := bucketState{rate: b.rate, window: b.t.Window(), origin: b.t.Epoch()}
+	st := arith.Bucket{Rate: b.rate, Window: b.t.Window(), Origin: b.t.Epoch()}
 	for {
 		bk := b.t.Get(key, b.rate, now)
 		if bk == nil {
-			b.before = bucketState{rate: b.rate, window: b.t.Window(), origin: now}
+			b.before = arith.Bucket{Rate: b.rate, Window: b.t.Window(), Origin: now}
 			b.after, b.passable = b.before, true
 			return true
 		}
@@ -173,13 +175,13 @@ func (b *bgroup) take(key string, cost float64, now int64) bool {
 		if !alive {
 			continue
 		}
-		st.base = math.Float64frombits(word)
+		st.Base = math.Float64frombits(word)
 		b.before, b.after = st, st
-		if b.passable = strategy.BucketFits(level, cost, b.burst, st.window); !b.passable {
+		if b.passable = arith.BucketFits(level, cost, b.burst, st.Window); !b.passable {
 			return false
 		}
 		if nw, ok := b.t.Take(bk, key, word, cost, now); ok {
-			b.after.base, b.counted = math.Float64frombits(nw), true
+			b.after.Base, b.counted = math.Float64frombits(nw), true
 			return true
 		}
 	}
@@ -277,7 +279,7 @@ func penalize(p *plan, key string, c counter) error {
 			}
 			g.before, g.counted = g.cur-p.cost, true
 		}
-		if !strategy.WindowFits(g.before, g.prev, p.cost, p.limits[i].Limit, g.sr.Size(), g.e, p.limits[i].fixed()) {
+		if !arith.WindowFits(g.before, g.prev, p.cost, p.limits[i].Limit, g.sr.Size(), g.e, p.limits[i].fixed()) {
 			break
 		}
 	}
@@ -294,7 +296,7 @@ func penalize(p *plan, key string, c counter) error {
 // was counted, refuses it.
 func denied(p *plan) bool {
 	for i, l := range p.limits {
-		if g := &p.groups[p.idx[i].j]; g.counted && !strategy.WindowFits(g.before, g.prev, p.cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
+		if g := &p.groups[p.idx[i].j]; g.counted && !arith.WindowFits(g.before, g.prev, p.cost, l.Limit, g.sr.Size(), g.e, l.fixed()) {
 			return true
 		}
 	}
@@ -353,7 +355,7 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string
 		case refBucket:
 			b := &p.buckets[r.j]
 			st := res.Buckets[i]
-			b.after = bucketState{base: st.Level, origin: st.At, rate: b.rate, window: b.t.Window()}
+			b.after = arith.Bucket{Base: st.Level, Origin: st.At, Rate: b.rate, Window: b.t.Window()}
 			b.before, b.counted = b.after, res.Allowed
 		case refKeyed:
 			k, st := &p.keyed[r.j], res.Buckets[i]
@@ -404,7 +406,7 @@ func (in *Instance) checkNearLimit(ctx context.Context, p *plan, n *ns, key stri
 				return in.checkLocal(p, key), nil
 			}
 			w := float64(b.t.Window())
-			left := b.burst - b.before.level(p.now)/w - p.cost
+			left := b.burst - b.before.Level(p.now)/w - p.cost
 			near = near || left < max(b.burst/4, 2*b.rate*reach/w)
 			continue
 		}
@@ -414,12 +416,12 @@ func (in *Instance) checkNearLimit(ctx context.Context, p *plan, n *ns, key stri
 		if r := p.idx[i]; r.kind == refSpan {
 			mid, prev = p.spans[r.j].mid, p.spans[r.j].old
 		}
-		if !strategy.WindowFits(cur+mid, prev, p.cost, l.Limit, g.sr.Size(), g.e, fixed) {
+		if !arith.WindowFits(cur+mid, prev, p.cost, l.Limit, g.sr.Size(), g.e, fixed) {
 			return in.checkLocal(p, key), nil // refused by the view: no need to ask
 		}
 		rate := cur + mid
 		if !fixed {
-			rate += prev * weight(g.e, 0, g.sr.Size())
+			rate += prev * arith.Weight(g.e, g.sr.Size())
 		}
 		perMs := cur / float64(max(g.e, 1))
 		switch {

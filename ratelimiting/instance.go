@@ -38,6 +38,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
@@ -104,29 +106,15 @@ func WithLogger(l *slog.Logger) Option { return func(in *Instance) { in.logger =
 
 // WithSyncObserver registers fn to be called after every exchange with a
 // store (for metrics). fn must not block.
-func WithSyncObserver(fn func(SyncReport)) Option { return func(in *Instance) { in.observe = fn } }
+func WithSyncObserver(fn func(SyncReport)) Option {
+	return func(in *Instance) { in.observe = func(r syncer.Report) { fn(SyncReport(r)) } }
+}
 
 // WithSyncTimeout bounds one background sync (periodic mode) and the store
 // calls that answer one batch of synchronous hits and checks; zero values
 // keep syncer.DefaultTimeout and syncer.DefaultHitTimeout.
 func WithSyncTimeout(sync, hit time.Duration) Option {
 	return func(in *Instance) { in.syncTimeout, in.hitTimeout = sync, hit }
-}
-
-// SyncReport describes one exchange with a store.
-type SyncReport = syncer.Report
-
-// SyncStats is a snapshot of a namespace's syncer.
-type SyncStats = syncer.Stats
-
-// DictStats is a snapshot of a dict.
-type DictStats = shm.Stats
-
-// NamespaceStats is a snapshot of one namespace.
-type NamespaceStats struct {
-	Config namespace.Config
-	Dict   DictStats
-	Sync   SyncStats // zero for a local-only namespace
 }
 
 // ns is one namespace as applied. It is immutable; Update swaps it whole.
@@ -138,7 +126,7 @@ type ns struct {
 	syncer *syncer.Syncer                 // nil when local-only
 	tables atomic.Pointer[[]*shm.Buckets] // bucket tables looked up so far (see bucketTable)
 	anchs  atomic.Pointer[[]*shm.Keyed[strategy.BucketState]]
-	logs   atomic.Pointer[[]*shm.Keyed[strategy.Log]]
+	logs   atomic.Pointer[[]*shm.Keyed[arith.Log]]
 }
 
 // register returns the table mk makes, added to *list: the lookup of a
@@ -214,7 +202,7 @@ type Instance struct {
 	coarse      bool
 	wallClock   func() time.Time // the clock of the syncers' decisions: WithClock's, else time.Now
 	logger      *slog.Logger
-	observe     func(SyncReport)
+	observe     func(syncer.Report)
 	syncTimeout time.Duration
 	hitTimeout  time.Duration
 	seq         atomic.Uint64
@@ -690,9 +678,9 @@ func (in *Instance) Stats() []NamespaceStats {
 		if n == nil {
 			continue
 		}
-		st := NamespaceStats{Config: n.cfg, Dict: n.dict.Stats()}
+		st := NamespaceStats{Config: n.cfg, Dict: DictStats(n.dict.Stats())}
 		if n.syncer != nil {
-			st.Sync = n.syncer.Stats()
+			st.Sync = SyncStats(n.syncer.Stats())
 		}
 		out = append(out, st)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
 )
@@ -20,9 +22,9 @@ type kgroup struct {
 	window int64   // ms
 	limit  float64 // the smallest limit sharing it
 	anch   *shm.Keyed[strategy.BucketState]
-	logs   *shm.Keyed[strategy.Log]
+	logs   *shm.Keyed[arith.Log]
 	sa     *shm.Slot[strategy.BucketState] // held between lock and unlock
-	sl     *shm.Slot[strategy.Log]
+	sl     *shm.Slot[arith.Log]
 	// The state the decision is built from:
 	before   float64 // the window's count or the log's sum before the request
 	count    float64 // ... after the decision
@@ -88,12 +90,12 @@ func (n *ns) anchoredTable(window time.Duration) *shm.Keyed[strategy.BucketState
 	}
 	return register(&n.anchs, func() *shm.Keyed[strategy.BucketState] {
 		return shm.KeyedTable(n.dict, n.cfg.Name, strategy.KindAnchored, window, n.cfg.Local(), n.live, func(s *strategy.BucketState, now int64) bool {
-			return strategy.AnchoredCount(*s, w, now) == 0
+			return arith.AnchoredCount(s.Level, s.At, w, now) == 0
 		})
 	})
 }
 
-func (n *ns) logTable(window time.Duration) *shm.Keyed[strategy.Log] {
+func (n *ns) logTable(window time.Duration) *shm.Keyed[arith.Log] {
 	w := window.Milliseconds()
 	if ts := n.logs.Load(); ts != nil {
 		for _, t := range *ts {
@@ -102,8 +104,8 @@ func (n *ns) logTable(window time.Duration) *shm.Keyed[strategy.Log] {
 			}
 		}
 	}
-	return register(&n.logs, func() *shm.Keyed[strategy.Log] {
-		return shm.KeyedTable(n.dict, n.cfg.Name, strategy.KindLog, window, n.cfg.Local(), n.live, func(s *strategy.Log, now int64) bool {
+	return register(&n.logs, func() *shm.Keyed[arith.Log] {
+		return shm.KeyedTable(n.dict, n.cfg.Name, strategy.KindLog, window, n.cfg.Local(), n.live, func(s *arith.Log, now int64) bool {
 			s.Trim(now, w)
 			return len(s.Entries) == 0
 		})
@@ -119,7 +121,7 @@ func (k *kgroup) lock(key string, now int64) {
 	if k.anch != nil {
 		k.sa = k.anch.Lock(key, now)
 		k.before, k.at = 0, 0
-		if k.sa != nil && strategy.AnchoredCount(k.sa.State, k.window, now) > 0 {
+		if k.sa != nil && arith.AnchoredCount(k.sa.State.Level, k.sa.State.At, k.window, now) > 0 {
 			k.before, k.at = k.sa.State.Level, k.sa.State.At
 		}
 	} else {
@@ -141,9 +143,9 @@ func (k *kgroup) fits(cost float64) bool { return k.fitsLimit(k.before, cost, k.
 // a log's sum (LogFits).
 func (k *kgroup) fitsLimit(count, cost, limit float64) bool {
 	if k.algo == AnchoredWindow {
-		return strategy.AnchoredFits(count, cost, limit)
+		return arith.AnchoredFits(count, cost, limit)
 	}
-	return strategy.LogFits(count, cost, limit)
+	return arith.LogFits(count, cost, limit)
 }
 
 // add counts cost at now in the state locked (nowhere when the dict had no
@@ -151,7 +153,8 @@ func (k *kgroup) fitsLimit(count, cost, limit float64) bool {
 func (k *kgroup) add(cost float64, now int64) {
 	k.counted = true
 	if k.sa != nil {
-		k.sa.State = strategy.AnchoredAdd(k.sa.State, cost, k.window, now)
+		st := &k.sa.State
+		st.Level, st.At = arith.AnchoredAdd(st.Level, st.At, cost, k.window, now)
 		k.anch.Count(k.sa, now, cost)
 		k.count, k.at = k.sa.State.Level, k.sa.State.At
 	} else if k.sl != nil {
@@ -189,12 +192,12 @@ func (p *plan) recordRetries(k *kgroup) {
 			continue
 		}
 		p.retry[i] = 0
-		if limit := p.limits[i].Limit; !strategy.LogFits(k.count, p.cost, limit) {
+		if limit := p.limits[i].Limit; !arith.LogFits(k.count, p.cost, limit) {
 			if k.sl == nil {
 				p.retry[i] = k.at + k.window
 				continue
 			}
-			p.retry[i] = strategy.RetryAt(k.sl.State.Entries, k.count, p.cost, limit, k.window)
+			p.retry[i] = arith.RetryAt(k.sl.State.Entries, k.count, p.cost, limit, k.window)
 		}
 	}
 }
@@ -230,17 +233,17 @@ func (p *plan) settleKeyed(allowed bool) {
 func (p *plan) keyedLimitState(out *LimitState, i int, k *kgroup, allowed bool) {
 	l := &p.limits[i]
 	out.Limit, out.Rate = *l, k.count
-	out.Remaining = wholeFit(func(n float64) bool { return k.fitsLimit(k.count, n, l.Limit) }, l.Limit-k.count)
+	out.Remaining = arith.WholeFit(func(n float64) bool { return k.fitsLimit(k.count, n, l.Limit) }, l.Limit-k.count)
 	if k.count > 0 && k.at != 0 {
-		out.Reset = ms(max(0, k.at+k.window-p.now))
+		out.Reset = arith.Ms(max(0, k.at+k.window-p.now))
 	}
 	out.Allowed = allowed || k.fitsLimit(k.before, p.cost, l.Limit)
 	if out.Allowed {
 		return
 	}
 	if k.algo == AnchoredWindow {
-		out.RetryAfter = ms(max(1, k.at+k.window-p.now))
+		out.RetryAfter = arith.Ms(max(1, k.at+k.window-p.now))
 		return
 	}
-	out.RetryAfter = ms(max(1, p.retry[i]-p.now))
+	out.RetryAfter = arith.Ms(max(1, p.retry[i]-p.now))
 }

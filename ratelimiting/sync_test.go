@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
@@ -406,7 +408,7 @@ func TestSlowStoreNeverPilesSyncsUp(t *testing.T) {
 	if got := store.maxSeen.Load(); got != 1 {
 		t.Fatalf("%d pushes ran at once, want 1", got)
 	}
-	if got := stored(t, store, "ns", "k", strategy.WindowStart(time.Now(), time.Hour), time.Hour); got == 0 {
+	if got := stored(t, store, "ns", "k", arith.WindowStart(time.Now(), time.Hour), time.Hour); got == 0 {
 		t.Fatal("nothing reached the store")
 	}
 }

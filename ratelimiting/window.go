@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
 	"github.com/ratesync/ratesync/shm"
 )
 
@@ -20,19 +21,13 @@ type Window struct {
 // Rate returns the sliding rate: Current + Previous*Weight.
 func (w Window) Rate() float64 { return w.Current + w.Previous*w.Weight }
 
-// weight returns the share of the previous window still inside a sliding
-// window of size ms at instant now ms: (size - now mod size) / size.
-func weight(now, start, size int64) float64 {
-	return float64(size-(now-start)) / float64(size)
-}
-
 func makeWindow(start time.Time, startMs, size, now int64, cur, prev float64) Window {
 	return Window{
 		Start:    start,
 		Size:     time.Duration(size) * time.Millisecond,
 		Current:  cur,
 		Previous: prev,
-		Weight:   weight(now, startMs, size),
+		Weight:   arith.Weight(now-startMs, size),
 	}
 }
 

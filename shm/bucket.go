@@ -54,7 +54,7 @@ type Buckets struct {
 	count  atomic.Int64 // buckets in m, with retiredBit once retired
 
 	pendMu  sync.Mutex                     // serializes TakePending
-	pending *xsync.MapOf[string, *Pending] // unpushed cost per key
+	pending *xsync.MapOf[string, *pending] // unpushed cost per key
 }
 
 // Bucket is one key's bucket. Callers outside shm hold it only between Get
@@ -74,9 +74,9 @@ const busy uint64 = 0x7ff8_b05e_0000_0001
 // stores do.
 const epochLead = 24 * 60 * 60 * 1000
 
-// Pending is cost taken on this node and not yet pushed: u holds its float64
+// pending is cost taken on this node and not yet pushed: u holds its float64
 // bits (dead once the syncer took it), at the first hit's time.
-type Pending struct {
+type pending struct {
 	u    atomic.Uint64
 	at   int64
 	rate float64
@@ -108,7 +108,7 @@ func (d *Dict) Buckets(ns string, kind uint8, window time.Duration, local bool, 
 	}
 	t := &Buckets{
 		dict: d, ns: ns, kind: kind, window: k.window, epoch: now - epochLead,
-		m: xsync.NewMapOf[string, *Bucket](), pending: xsync.NewMapOf[string, *Pending](),
+		m: xsync.NewMapOf[string, *Bucket](), pending: xsync.NewMapOf[string, *pending](),
 	}
 	t.local.Store(local)
 	if !live() {
@@ -264,9 +264,6 @@ func (t *Buckets) Take(b *Bucket, key string, word uint64, cost float64, now int
 // level max(0, w - (now - Epoch) * Rate) at now.
 func (t *Buckets) Epoch() int64 { return t.epoch }
 
-// Rate returns the rate the bucket's word is scaled by.
-func (b *Bucket) Rate() float64 { return b.rate }
-
 // Refund takes back cost that key's request took (Take): the request was
 // denied by another limit. It goes to whatever bucket key holds now (a rate
 // change carries the level over to a new one). In a table that syncs, the
@@ -305,7 +302,7 @@ func (t *Buckets) addPending(key string, cost float64, rate float64, now int64) 
 	for {
 		p, ok := t.pending.Load(key)
 		if !ok {
-			np := &Pending{at: now, rate: rate}
+			np := &pending{at: now, rate: rate}
 			np.u.Store(math.Float64bits(cost))
 			if _, loaded := t.pending.LoadOrStore(key, np); !loaded {
 				return
@@ -338,8 +335,8 @@ func (t *Buckets) subPending(key string, cost float64) {
 	}
 }
 
-// PendingOf returns the cost pending for key, its first hit's time and rate.
-func (t *Buckets) PendingOf(key string) (cost float64, at int64, rate float64) {
+// pendingOf returns the cost pending for key, its first hit's time and rate.
+func (t *Buckets) pendingOf(key string) (cost float64, at int64, rate float64) {
 	p, ok := t.pending.Load(key)
 	if !ok {
 		return 0, 0, 0
@@ -356,10 +353,10 @@ func (t *Buckets) PendingOf(key string) (cost float64, at int64, rate float64) {
 func (t *Buckets) TakePending(key string, fn func(key string, at int64, cost, rate float64)) {
 	t.pendMu.Lock()
 	defer t.pendMu.Unlock()
-	take := func(k string, p *Pending) bool {
+	take := func(k string, p *pending) bool {
 		u := p.u.Swap(dead)
 		if u != dead {
-			t.pending.Compute(k, func(old *Pending, loaded bool) (*Pending, bool) {
+			t.pending.Compute(k, func(old *pending, loaded bool) (*pending, bool) {
 				return old, !loaded || old == p // delete p only
 			})
 			if v := math.Float64frombits(u); v != 0 {
@@ -395,7 +392,7 @@ func (t *Buckets) Install(key string, now int64, levelOf func(cost float64, at i
 		if !b.x.CompareAndSwap(x, busy) {
 			continue
 		}
-		level := levelOf(t.PendingOf(key))
+		level := levelOf(t.pendingOf(key))
 		b.x.Store(math.Float64bits(t.floor(now, b.rate) + level))
 		return
 	}

@@ -55,7 +55,7 @@ func TestRefundFollowsAReplacedBucket(t *testing.T) {
 		if _, lvl, _ := tb.Level(nb, t0); lvl != 0 {
 			t.Fatalf("local %v: level after take, replace and refund = %v, want 0", local, lvl)
 		}
-		if c, _, _ := tb.PendingOf("k"); c != 0 {
+		if c, _, _ := tb.pendingOf("k"); c != 0 {
 			t.Fatalf("local %v: pending %v after the refund, want 0", local, c)
 		}
 	}

@@ -41,18 +41,18 @@ type Slot[S any] struct {
 	sync.Mutex
 	dead    bool
 	State   S
-	pending []Hit
+	pending []hit
 }
 
-// Hit is cost counted at one millisecond.
-type Hit struct {
+// hit is cost counted at one millisecond.
+type hit struct {
 	At   int64 // Unix milliseconds
 	Cost float64
 }
 
 // keyedTable is what a dict does with a Keyed table of any state type.
 type keyedTable interface {
-	Expire(now int64) int
+	PendingTable
 	removeAll()
 }
 
@@ -107,7 +107,7 @@ func (d *Dict) PendingTables(ns string) []PendingTable {
 	var out []PendingTable
 	for k, t := range d.keyed {
 		if k.namespace == ns {
-			out = append(out, t.(PendingTable))
+			out = append(out, t)
 		}
 	}
 	return out
@@ -166,7 +166,7 @@ func (t *Keyed[S]) Count(s *Slot[S], at int64, cost float64) {
 		s.pending[n-1].Cost += cost
 		return
 	}
-	s.pending = append(s.pending, Hit{At: at, Cost: cost})
+	s.pending = append(s.pending, hit{At: at, Cost: cost})
 	t.pending.Add(1)
 }
 
@@ -198,9 +198,6 @@ func (t *Keyed[S]) TakePending(key string, fn func(key string, at int64, cost fl
 
 // HasPending implements PendingTable.
 func (t *Keyed[S]) HasPending() bool { return t.pending.Load() > 0 }
-
-// Len returns the number of keys held.
-func (t *Keyed[S]) Len() int { return t.m.Size() }
 
 // added counts n slots made or dropped, as Buckets.added does.
 func (t *Keyed[S]) added(n int64) {

@@ -137,11 +137,11 @@ func (w *Window) Add(key string, v float64, now int64) (*Counter, float64) {
 	}
 }
 
-// AddIfAtMost adds v to key's diff only when the counter's value plus v stays
+// addIfAtMost adds v to key's diff only when the counter's value plus v stays
 // at most ceiling. It returns the value before, whether v was added, and the
 // counter (nil when the dict is full; the hit is then judged against a zero
 // count and not counted).
-func (w *Window) AddIfAtMost(key string, v, ceiling float64, now int64) (before float64, added bool, c *Counter) {
+func (w *Window) addIfAtMost(key string, v, ceiling float64, now int64) (before float64, added bool, c *Counter) {
 	return w.AddIf(key, v, func(before float64) bool { return before+v <= ceiling }, now)
 }
 

@@ -17,45 +17,9 @@ import (
 //
 // A bucket drains Rate (its limit per window) of Level per millisecond, and
 // never below zero: a store that does not hold a bucket holds it empty
-// (Level 0). The three steps below are the whole arithmetic; every store
-// computes them in float64 in exactly this order, so the node and each store
-// decide every request the same way.
-
-// BucketLevel returns the bucket's level at now: Level less what drained
-// since At, at least 0. A clock behind At drains nothing.
-func BucketLevel(b BucketState, rate float64, now int64) float64 {
-	return LevelAt(b.Level, b.At, rate, now)
-}
-
-// LevelAt is BucketLevel of a bucket at level at instant at (Unix ms).
-func LevelAt(level float64, at int64, rate float64, now int64) float64 {
-	elapsed := now - at
-	if elapsed < 0 {
-		elapsed = 0
-	}
-	l := level - float64(float64(elapsed)*rate)
-	if l < 0 {
-		return 0
-	}
-	return l
-}
-
-// BucketFits reports whether a request of cost fits in a bucket of capacity
-// burst whose level (BucketLevel) is level, with window the bucket's window
-// in milliseconds: level + cost*window <= burst*window.
-func BucketFits(level, cost, burst float64, window int64) bool {
-	w := float64(window)
-	return level+float64(cost*w) <= float64(burst*w)
-}
-
-// BucketAdd returns the bucket after cost is added at now: the level at now
-// plus cost*window, dated max(At, now). Pushes (BucketDiff) add a diff with
-// no regard to capacity: a bucket may go past its capacity (into debt), and
-// drains from there.
-func BucketAdd(b BucketState, rate, cost float64, window, now int64) BucketState {
-	l := BucketLevel(b, rate, now)
-	return BucketState{Key: b.Key, Kind: b.Kind, Window: b.Window, At: max(b.At, now), Level: l + float64(cost*float64(window))}
-}
+// (Level 0). The arithmetic (internal/arith: Level, BucketFits, BucketAdd)
+// is computed by every store in float64 in exactly the same order, so the
+// node and each store decide every request the same way.
 
 // BucketState is a bucket as a store holds it.
 type BucketState struct {

@@ -157,17 +157,6 @@ type Clock interface {
 	Time(ctx context.Context) (time.Time, error)
 }
 
-// WindowStart returns the start of the window of the given size that holds
-// t: t floored to a multiple of size since the Unix epoch, in milliseconds.
-func WindowStart(t time.Time, size time.Duration) time.Time {
-	ms, s := t.UnixMilli(), size.Milliseconds()
-	q := ms / s
-	if ms%s != 0 && ms < 0 {
-		q--
-	}
-	return time.UnixMilli(q * s)
-}
-
 // CheckLimit is one limit of a Check.
 type CheckLimit struct {
 	WindowSize time.Duration
@@ -181,7 +170,7 @@ type CheckLimit struct {
 	Burst float64 // buckets: capacity, > 0
 	// Precision, for a sliding window limit (Kind 0, not Fixed), counts it
 	// in windows of this size: a divisor of WindowSize, which is then the
-	// span they slide over (see SpanFits). 0, or WindowSize itself, is a
+	// span they slide over (internal/arith.SpanFits). 0, or WindowSize itself, is a
 	// plain sliding window of WindowSize.
 	Precision time.Duration
 }
@@ -274,54 +263,4 @@ type Checker interface {
 	// nothing either way, and may be returned the decisions recorded for it
 	// rather than not allowed.
 	CheckAndCount(ctx context.Context, node string, seq uint64, checks []Check) ([]CheckResult, error)
-}
-
-// Weight returns the share of the previous window of size still inside the
-// sliding window at now: (size - now mod size) / size, in milliseconds.
-func Weight(now time.Time, size time.Duration) float64 {
-	ms, s := now.UnixMilli(), size.Milliseconds()
-	return float64(s-(ms-WindowStart(now, size).UnixMilli())) / float64(s)
-}
-
-// WindowFits reports whether a request of cost fits a window limit: the
-// current window holds cur, the previous one prev, and now is elapsed ms
-// into the current window of size ms. A fixed window passes when
-// cur + cost <= limit; a sliding one when cur + prev*weight + cost <= limit
-// with weight (size - elapsed) / size, judged multiplied through by size:
-//
-//	(cur + cost)*size + prev*(size - elapsed) <= limit*size
-//
-// in float64, in exactly this order, so that whole counts decide exactly
-// (no rounding of the weight) and every store decides as the node does.
-func WindowFits(cur, prev, cost, limit float64, size, elapsed int64, fixed bool) bool {
-	if fixed {
-		return cur+cost <= limit
-	}
-	s := float64(size)
-	return float64((cur+cost)*s)+float64(prev*float64(size-elapsed)) <= float64(limit*s)
-}
-
-// SpanFits reports whether a request of cost fits a sliding window limit
-// counted in sub-windows of size ms (CheckLimit.Precision): counts holds
-// the Depth windows, newest (the one holding now, elapsed ms in) first.
-// The rate is the counts of the windows that start after now - span plus
-// the oldest one's weighted (size - elapsed) / size; it is judged as
-// WindowFits(cur, oldest, ...) with cur the newest count plus the sum of
-// the ones between, summed from the newest, in exactly this order. With
-// two windows it is WindowFits itself.
-func SpanFits(counts []float64, cost, limit float64, size, elapsed int64) bool {
-	cur, prev := SpanParts(counts)
-	return WindowFits(cur, prev, cost, limit, size, elapsed, false)
-}
-
-// SpanParts returns the two terms SpanFits judges on: the newest count
-// plus the ones between it and the oldest (counts[0] + (counts[1] + ...)),
-// and the oldest count.
-func SpanParts(counts []float64) (cur, oldest float64) {
-	k := len(counts) - 1
-	mid := 0.0
-	for _, c := range counts[1:k] {
-		mid += c
-	}
-	return counts[0] + mid, counts[k]
 }

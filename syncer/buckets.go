@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
 )
@@ -53,15 +55,15 @@ func (s *Syncer) installBucket(t *shm.Buckets, key string, st strategy.BucketSta
 	for _, b := range s.lane.inflight {
 		for _, d := range b.Buckets {
 			if d.Key == key && d.Kind == t.Kind() && d.Window.Milliseconds() == w {
-				st = strategy.BucketAdd(st, d.Rate, d.Cost, w, d.At)
+				st.Level, st.At = arith.BucketAdd(st.Level, st.At, d.Rate, d.Cost, w, d.At)
 			}
 		}
 	}
 	t.Install(key, now, func(cost float64, at int64, r float64) float64 {
 		if cost != 0 {
-			st = strategy.BucketAdd(st, r, cost, w, at)
+			st.Level, st.At = arith.BucketAdd(st.Level, st.At, r, cost, w, at)
 		}
-		return strategy.BucketLevel(st, rate, now)
+		return arith.Level(st.Level, st.At, rate, now)
 	})
 }
 

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
 )
@@ -215,7 +217,7 @@ func (s *Syncer) dropLate(b *strategy.Batch, now int64) int {
 	kept := b.Diffs[:0]
 	for _, d := range b.Diffs {
 		size, start := d.WindowSize.Milliseconds(), d.WindowStart.UnixMilli()
-		if start < strategy.WindowStart(time.UnixMilli(now), d.WindowSize).UnixMilli()-max(size, d.Span.Milliseconds()) {
+		if start < arith.WindowStart(time.UnixMilli(now), d.WindowSize).UnixMilli()-max(size, d.Span.Milliseconds()) {
 			if inFlight {
 				s.subInflight(counterID{size, start, d.Key}, d.Value)
 			}

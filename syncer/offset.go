@@ -12,10 +12,10 @@ import (
 
 // Measuring the store's clock (strategy.Clock) and counting in it.
 const (
-	// ClockOffsetWarn is the offset between a node's clock and its
+	// clockOffsetWarn is the offset between a node's clock and its
 	// store's beyond which the syncer logs a warning, once when the
 	// estimate crosses it, and a notice once it is back within 90% of it.
-	ClockOffsetWarn = time.Second
+	clockOffsetWarn = time.Second
 	// offsetSamples is how many recent measurements the estimate is chosen
 	// from: the one with the shortest round trip.
 	offsetSamples = 8
@@ -206,9 +206,9 @@ func (o *offset) cross() (crossed bool, estimate sample, enabled bool) {
 	m := o.measured.offset
 	abs := max(m, -m)
 	switch {
-	case !o.beyond && abs > ClockOffsetWarn:
+	case !o.beyond && abs > clockOffsetWarn:
 		o.beyond, crossed = true, true
-	case o.beyond && abs <= ClockOffsetWarn*9/10:
+	case o.beyond && abs <= clockOffsetWarn*9/10:
 		o.beyond, crossed = false, true
 	}
 	return crossed, o.measured, o.enabled
@@ -222,13 +222,13 @@ func logOffset(c *conf, m sample, enabled bool) {
 		clock = "store"
 	}
 	abs := max(m.offset, -m.offset)
-	if abs > ClockOffsetWarn {
+	if abs > clockOffsetWarn {
 		c.Logger.Warn("ratesync: this node's clock is far from the store's", "namespace", c.Namespace,
-			"offset", m.offset, "bound", ClockOffsetWarn, "rtt", m.rtt, "windows_in", clock)
+			"offset", m.offset, "bound", clockOffsetWarn, "rtt", m.rtt, "windows_in", clock)
 		return
 	}
 	c.Logger.Info("ratesync: this node's clock is near the store's again", "namespace", c.Namespace,
-		"offset", m.offset, "bound", ClockOffsetWarn, "windows_in", clock)
+		"offset", m.offset, "bound", clockOffsetWarn, "windows_in", clock)
 }
 
 // measureIfDue is the synchronous worker's measurement between its turns:

@@ -438,13 +438,13 @@ func TestOffsetBeyondTheBoundIsLoggedOnceEachWay(t *testing.T) {
 		warn, info int // logged so far
 	}{
 		{200 * time.Millisecond, 0, 0},
-		{ClockOffsetWarn + 500*time.Millisecond, 1, 0},
-		{ClockOffsetWarn + 500*time.Millisecond, 1, 0},
-		{-ClockOffsetWarn - 2*time.Second, 1, 0}, // still beyond, the other way
-		{ClockOffsetWarn * 95 / 100, 1, 0},       // within, but not by the margin
-		{ClockOffsetWarn / 2, 1, 1},
-		{ClockOffsetWarn / 2, 1, 1},
-		{ClockOffsetWarn * 2, 2, 1},
+		{clockOffsetWarn + 500*time.Millisecond, 1, 0},
+		{clockOffsetWarn + 500*time.Millisecond, 1, 0},
+		{-clockOffsetWarn - 2*time.Second, 1, 0}, // still beyond, the other way
+		{clockOffsetWarn * 95 / 100, 1, 0},       // within, but not by the margin
+		{clockOffsetWarn / 2, 1, 1},
+		{clockOffsetWarn / 2, 1, 1},
+		{clockOffsetWarn * 2, 2, 1},
 	}
 	for i, step := range steps {
 		st.setSkew(step.skew)

@@ -18,8 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/internal/testenv"
-	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/redis"
 )
 
@@ -198,8 +199,8 @@ namespaces:
 	if err != nil {
 		t.Fatal(err)
 	}
-	starts := []time.Time{strategy.WindowStart(start, time.Hour)}
-	if s := strategy.WindowStart(end, time.Hour); !s.Equal(starts[0]) {
+	starts := []time.Time{arith.WindowStart(start, time.Hour)}
+	if s := arith.WindowStart(end, time.Hour); !s.Equal(starts[0]) {
 		starts = append(starts, s) // the traffic crossed an hour
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -7,9 +7,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
-	"github.com/ratesync/ratesync/strategy"
 )
 
 // Store probes of /readyz: sync statistics are as old as the last sync (up
@@ -135,7 +136,7 @@ func (p *probes) probe(cfg namespace.Config, now time.Time) error {
 	size := cfg.WindowSizes[0]
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	_, err := cfg.Strategy.GetWindow(ctx, cfg.Name, probeKey, strategy.WindowStart(now, size), size)
+	_, err := cfg.Strategy.GetWindow(ctx, cfg.Name, probeKey, arith.WindowStart(now, size), size)
 	p.mu.Lock()
 	if p.last == nil {
 		p.last = map[string]probeResult{}

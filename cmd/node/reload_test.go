@@ -17,12 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/ratelimiting"
-	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/redis"
 )
 
@@ -210,7 +211,7 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := strategy.WindowStart(time.Now(), time.Hour)
+	start := arith.WindowStart(time.Now(), time.Hour)
 	if c, err := store.GetWindow(context.Background(), "new", "k", start, time.Hour); err != nil || c != 1 {
 		t.Errorf("the store holds %v hits (err %v), want 1", c, err)
 	}
@@ -456,7 +457,7 @@ namespaces:
 	if w := do(n.api, "POST", "/v1/namespaces/api/sync", ""); w.Code != 200 {
 		t.Fatalf("sync: %d %s", w.Code, w.Body)
 	}
-	start := strategy.WindowStart(time.Now(), time.Hour)
+	start := arith.WindowStart(time.Now(), time.Hour)
 	for prefix, want := range map[string]float64{r.Prefix + "-a": 0, r.Prefix + "-b": 2} {
 		store, err := redis.New(r.Client(t), redis.Config{Prefix: prefix})
 		if err != nil {

@@ -18,10 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5/tracelog"
 
 	"github.com/ratesync/ratesync/internal/testenv"
-	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/postgres"
 )
 
@@ -284,7 +285,7 @@ namespaces:
 // touches.
 func windowStarts(from, to time.Time, size time.Duration) []time.Time {
 	var out []time.Time
-	for s := strategy.WindowStart(from, size); !s.After(to); s = s.Add(size) {
+	for s := arith.WindowStart(from, size); !s.After(to); s = s.Add(size) {
 		out = append(out, s)
 	}
 	return out

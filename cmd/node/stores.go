@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
@@ -331,7 +333,7 @@ func connectStore(ctx context.Context, ns *NamespaceConfig, log *slog.Logger) (*
 // is migrated first).
 func probeStore(ctx context.Context, ns string, st strategy.Strategy) error {
 	size := time.Minute
-	_, err := st.GetWindow(ctx, ns, probeKey, strategy.WindowStart(time.Now(), size), size)
+	_, err := st.GetWindow(ctx, ns, probeKey, arith.WindowStart(time.Now(), size), size)
 	return err
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -67,7 +69,7 @@ var bucketCases = []suiteCase{
 			{time.Minute, 7.25, 6.25, 2.75, 26400 * time.Millisecond},
 		} {
 			ns := fmt.Sprintf("exact%d", i)
-			start := strategy.WindowStart(Base, c.size).Add(10 * c.size)
+			start := arith.WindowStart(Base, c.size).Add(10 * c.size)
 			push(t, s, strategy.Batch{Node: "seed" + ns, Seq: 1, Diffs: []strategy.Diff{
 				diff(ns, "k", start.Add(-c.size), c.size, c.prev), diff(ns, "k", start, c.size, c.cu),
 			}})
@@ -150,7 +152,7 @@ var bucketCases = []suiteCase{
 		if r := checkOne(t, ck, "n", 4, c); r.Allowed {
 			t.Fatal("cost 6 passed a bucket of 5")
 		}
-		if got := window(t, s, "ns", "k2", strategy.WindowStart(now, time.Minute), time.Minute); got != 0 {
+		if got := window(t, s, "ns", "k2", arith.WindowStart(now, time.Minute), time.Minute); got != 0 {
 			t.Fatalf("window counted %v for a request the bucket denied", got)
 		}
 	}},

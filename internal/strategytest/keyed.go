@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -197,7 +199,7 @@ var keyedCases = []suiteCase{
 	{"a precision limit slides over its sub-windows", func(t *testing.T, s strategy.Strategy) {
 		ck := checker(t, s)
 		const p = time.Second
-		start := strategy.WindowStart(Base, p).Add(40 * p)
+		start := arith.WindowStart(Base, p).Add(40 * p)
 		push(t, s, strategy.Batch{Node: "seedp", Seq: 1, Diffs: []strategy.Diff{
 			diff("prec", "k", start.Add(-3*p), p, 4), diff("prec", "k", start.Add(-2*p), p, 2),
 			diff("prec", "k", start.Add(-p), p, 1), diff("prec", "k", start, p, 1),

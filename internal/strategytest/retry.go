@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -50,7 +52,7 @@ var retryCases = []suiteCase{
 		now := Base.Add(8*time.Hour + 15*time.Second)
 		ms := now.UnixMilli()
 		min := time.Minute
-		start := strategy.WindowStart(now, min)
+		start := arith.WindowStart(now, min)
 		call := RetryCall("ns", now)
 		counts := func() string {
 			refs := []strategy.BucketRef{{Key: "rb", Kind: kindToken, Window: time.Second}, {Key: "re", Kind: kindToken, Window: time.Second}}

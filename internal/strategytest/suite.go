@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -138,7 +140,7 @@ var cases = []suiteCase{
 	{"current and previous windows of each size", func(t *testing.T, s strategy.Strategy) {
 		now := Base.Add(90 * time.Second) // 1m windows: current 60s, previous 0s
 		sec, min := time.Second, time.Minute
-		cur1s, cur1m := strategy.WindowStart(now, sec), strategy.WindowStart(now, min)
+		cur1s, cur1m := arith.WindowStart(now, sec), arith.WindowStart(now, min)
 		push(t, s, strategy.Batch{Node: "n1", Seq: 1, Diffs: []strategy.Diff{
 			diff("ns", "a", cur1s, sec, 1),
 			diff("ns", "a", cur1s.Add(-sec), sec, 2),
@@ -158,7 +160,7 @@ var cases = []suiteCase{
 	}},
 	{"keys filter", func(t *testing.T, s strategy.Strategy) {
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		var diffs []strategy.Diff
 		for _, k := range []string{"a", "b", "c", "d"} {
 			diffs = append(diffs, diff("ns", k, start, size, 1), diff("ns", k, start.Add(-size), size, 2))
@@ -175,7 +177,7 @@ var cases = []suiteCase{
 	}},
 	{"at most once per node and seq", func(t *testing.T, s strategy.Strategy) {
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		b := func(node string, seq uint64, v float64) strategy.Batch {
 			return strategy.Batch{Node: node, Seq: seq, Diffs: []strategy.Diff{diff("ns", "k", start, size, v)}}
 		}
@@ -192,7 +194,7 @@ var cases = []suiteCase{
 	}},
 	{"fractional and negative values", func(t *testing.T, s strategy.Strategy) {
 		size := time.Second
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		push(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{
 			diff("ns", "k", start, size, 0.5), diff("ns", "k", start, size, 0.25),
 		}})
@@ -208,7 +210,7 @@ var cases = []suiteCase{
 	}},
 	{"namespaces and sizes are isolated", func(t *testing.T, s strategy.Strategy) {
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		push(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{
 			diff("a", "k", start, size, 1), diff("b", "k", start, size, 2), diff("a", "k", start, 2*size, 4),
 		}})
@@ -226,7 +228,7 @@ var cases = []suiteCase{
 	}},
 	{"keys are stored byte-exact", func(t *testing.T, s strategy.Strategy) {
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		var diffs []strategy.Diff
 		want := make(map[ckey]float64)
 		for i, k := range Keys {
@@ -244,7 +246,7 @@ var cases = []suiteCase{
 	}},
 	{"a counter named twice in a batch adds both", func(t *testing.T, s strategy.Strategy) {
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		push(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{
 			diff("ns", "k", start, size, 1), diff("ns", "k", start, size, 2), diff("ns", "k", start, size, 4),
 		}})
@@ -255,7 +257,7 @@ var cases = []suiteCase{
 	{"purge drops windows older than the previous one", func(t *testing.T, s strategy.Strategy) {
 		size := time.Minute
 		now := Base.Add(10 * time.Minute)
-		cur := strategy.WindowStart(now, size)
+		cur := arith.WindowStart(now, size)
 		var diffs []strategy.Diff
 		for i := range 6 {
 			diffs = append(diffs, diff("ns", "k", cur.Add(-time.Duration(i)*size), size, 1))
@@ -278,7 +280,7 @@ var cases = []suiteCase{
 	}},
 	{"large batch", func(t *testing.T, s strategy.Strategy) {
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		const n = 5000
 		diffs := make([]strategy.Diff, n)
 		for i := range diffs {
@@ -297,7 +299,7 @@ var cases = []suiteCase{
 	}},
 	{"concurrent nodes add up", func(t *testing.T, s strategy.Strategy) {
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		const nodes, batches = 8, 25
 		var wg sync.WaitGroup
 		errs := make(chan error, nodes*batches)
@@ -333,7 +335,7 @@ var cases = []suiteCase{
 			t.Skip("strategy does not implement strategy.PushCounter")
 		}
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		push(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start.Add(-size), size, 5)}})
 		b := strategy.Batch{Node: "n", Seq: 2, Diffs: []strategy.Diff{
 			diff("ns", "k", start, size, 1), diff("ns", "j", start, size, 1), diff("ns", "k", start, size, 2),
@@ -364,7 +366,7 @@ var cases = []suiteCase{
 		}
 		min, sec := time.Minute, time.Second
 		now := Base.Add(15 * time.Second) // sliding weight of the previous minute: 0.75
-		cur := strategy.WindowStart(now, min)
+		cur := arith.WindowStart(now, min)
 		push(t, s, strategy.Batch{Node: "seed", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", cur.Add(-min), min, 8)}})
 		limits := []strategy.CheckLimit{{WindowSize: min, Limit: 10}, {WindowSize: min, Limit: 3, Fixed: true}, {WindowSize: sec, Limit: 100}}
 		check := func(cost float64) strategy.Check {
@@ -389,7 +391,7 @@ var cases = []suiteCase{
 		if got := window(t, s, "ns", "k", cur, min); got != 3 {
 			t.Fatalf("minute window = %v, want 3", got)
 		}
-		if got := window(t, s, "ns", "k", strategy.WindowStart(now, sec), sec); got != 3 {
+		if got := window(t, s, "ns", "k", arith.WindowStart(now, sec), sec); got != 3 {
 			t.Fatalf("second window = %v, want 3", got)
 		}
 		// A retry of the call: the decisions made then, nothing counted again.
@@ -417,7 +419,7 @@ var cases = []suiteCase{
 		if passed != limit {
 			t.Fatalf("%d checks passed, want exactly %d", passed, limit)
 		}
-		if got := window(t, s, "ns", "hot", strategy.WindowStart(now, time.Minute), time.Minute); got != limit {
+		if got := window(t, s, "ns", "hot", arith.WindowStart(now, time.Minute), time.Minute); got != limit {
 			t.Fatalf("count = %v, want %d", got, limit)
 		}
 	}},
@@ -425,7 +427,7 @@ var cases = []suiteCase{
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		if err := s.PushDiffs(ctx, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, size, 1)}}); err == nil {
 			t.Fatal("PushDiffs with a canceled context: no error")
 		}
@@ -441,7 +443,7 @@ var cases = []suiteCase{
 	{"empty batch and early stop", func(t *testing.T, s strategy.Strategy) {
 		push(t, s, strategy.Batch{Node: "n", Seq: 1})
 		size := time.Minute
-		start := strategy.WindowStart(Base, size)
+		start := arith.WindowStart(Base, size)
 		push(t, s, strategy.Batch{Node: "n", Seq: 2, Diffs: []strategy.Diff{diff("ns", "a", start, size, 1), diff("ns", "b", start, size, 1)}})
 		n := 0
 		for _, err := range s.GetCounters(context.Background(), strategy.Query{Namespace: "ns", WindowSizes: []time.Duration{size}, Now: Base}) {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -61,7 +63,7 @@ type Store struct {
 	windows map[windowID]map[string]float64
 	buckets map[bucketID]bucket
 	anchors map[bucketID]strategy.BucketState
-	logs    map[bucketID]*strategy.Log
+	logs    map[bucketID]*arith.Log
 	lanes   map[string]lane
 }
 
@@ -69,7 +71,7 @@ type Store struct {
 func New() *Store {
 	return &Store{
 		windows: make(map[windowID]map[string]float64), buckets: make(map[bucketID]bucket),
-		anchors: make(map[bucketID]strategy.BucketState), logs: make(map[bucketID]*strategy.Log),
+		anchors: make(map[bucketID]strategy.BucketState), logs: make(map[bucketID]*arith.Log),
 		lanes: make(map[string]lane),
 	}
 }
@@ -167,7 +169,7 @@ func (s *Store) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[str
 		sizes := slices.Compact(slices.Sorted(slices.Values(q.WindowSizes)))
 		s.mu.RLock()
 		for _, size := range sizes {
-			cur := strategy.WindowStart(q.Now, size)
+			cur := arith.WindowStart(q.Now, size)
 			for back := range depths[size] {
 				start := cur.Add(-time.Duration(back) * size)
 				w := s.windows[windowID{q.Namespace, size.Milliseconds(), start.UnixMilli()}]
@@ -225,18 +227,18 @@ func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.
 			continue
 		}
 		for _, size := range windowSizes {
-			if id.size == size.Milliseconds() && id.start < strategy.WindowStart(now, size).Add(-size).UnixMilli() {
+			if id.size == size.Milliseconds() && id.start < arith.WindowStart(now, size).Add(-size).UnixMilli() {
 				delete(s.windows, id)
 			}
 		}
 	}
 	for id, b := range s.buckets {
-		if id.namespace == namespace && strategy.BucketLevel(b.st, b.rate, now.UnixMilli()) == 0 {
+		if id.namespace == namespace && arith.Level(b.st.Level, b.st.At, b.rate, now.UnixMilli()) == 0 {
 			delete(s.buckets, id)
 		}
 	}
 	for id, a := range s.anchors {
-		if id.namespace == namespace && strategy.AnchoredCount(a, id.window, now.UnixMilli()) == 0 {
+		if id.namespace == namespace && arith.AnchoredCount(a.Level, a.At, id.window, now.UnixMilli()) == 0 {
 			delete(s.anchors, id)
 		}
 	}
@@ -299,7 +301,7 @@ func (s *Store) check(c strategy.Check, apply, kept bool) strategy.CheckResult {
 	now := c.Now.UnixMilli()
 	counts := func(l strategy.CheckLimit) []float64 {
 		size := l.Sub()
-		start := strategy.WindowStart(c.Now, size)
+		start := arith.WindowStart(c.Now, size)
 		out := make([]float64, l.Depth())
 		for i := range out {
 			out[i] = s.windows[windowID{c.Namespace, size.Milliseconds(), start.Add(-time.Duration(i) * size).UnixMilli()}][c.Key]
@@ -331,7 +333,7 @@ func (s *Store) check(c strategy.Check, apply, kept bool) strategy.CheckResult {
 				continue
 			}
 			windows[size] = true
-			id := windowID{c.Namespace, size.Milliseconds(), strategy.WindowStart(c.Now, size).UnixMilli()}
+			id := windowID{c.Namespace, size.Milliseconds(), arith.WindowStart(c.Now, size).UnixMilli()}
 			if s.windows[id] == nil {
 				s.windows[id] = make(map[string]float64)
 			}
@@ -369,23 +371,25 @@ func (s *Store) fits(c strategy.Check, l strategy.CheckLimit, id bucketID, count
 	case 0:
 		n := counts(l)
 		size := l.Sub().Milliseconds()
-		elapsed := now - strategy.WindowStart(c.Now, l.Sub()).UnixMilli()
+		elapsed := now - arith.WindowStart(c.Now, l.Sub()).UnixMilli()
 		if l.Depth() > 2 {
-			return strategy.SpanFits(n, c.Cost, l.Limit, size, elapsed)
+			return arith.SpanFits(n, c.Cost, l.Limit, size, elapsed)
 		}
-		return strategy.WindowFits(n[0], n[1], c.Cost, l.Limit, size, elapsed, l.Fixed)
+		return arith.WindowFits(n[0], n[1], c.Cost, l.Limit, size, elapsed, l.Fixed)
 	case strategy.KindAnchored:
-		return strategy.AnchoredFits(strategy.AnchoredCount(s.anchored(id), id.window, now), c.Cost, l.Limit)
+		a := s.anchored(id)
+		return arith.AnchoredFits(arith.AnchoredCount(a.Level, a.At, id.window, now), c.Cost, l.Limit)
 	case strategy.KindLog:
 		lg := s.logs[id]
 		if lg == nil {
-			return strategy.LogFits(0, c.Cost, l.Limit)
+			return arith.LogFits(0, c.Cost, l.Limit)
 		}
 		lg.Trim(now, id.window)
-		return strategy.LogFits(lg.Sum, c.Cost, l.Limit)
+		return arith.LogFits(lg.Sum, c.Cost, l.Limit)
 	}
-	lvl := strategy.BucketLevel(s.bucket(id), l.Limit, now)
-	return strategy.BucketFits(lvl, c.Cost, l.Burst, id.window)
+	b := s.bucket(id)
+	lvl := arith.Level(b.Level, b.At, l.Limit, now)
+	return arith.BucketFits(lvl, c.Cost, l.Burst, id.window)
 }
 
 // add counts cost at at in the bucket, anchored window or log id; rate is
@@ -393,16 +397,20 @@ func (s *Store) fits(c strategy.Check, l strategy.CheckLimit, id bucketID, count
 func (s *Store) add(id bucketID, rate, cost float64, at int64) {
 	switch id.kind {
 	case strategy.KindAnchored:
-		s.anchors[id] = strategy.AnchoredAdd(s.anchored(id), cost, id.window, at)
+		a := s.anchored(id)
+		a.Level, a.At = arith.AnchoredAdd(a.Level, a.At, cost, id.window, at)
+		s.anchors[id] = a
 	case strategy.KindLog:
 		lg := s.logs[id]
 		if lg == nil {
-			lg = &strategy.Log{}
+			lg = &arith.Log{}
 			s.logs[id] = lg
 		}
 		lg.Add(at, cost)
 	default:
-		s.buckets[id] = bucket{strategy.BucketAdd(s.bucket(id), rate, cost, id.window, at), rate}
+		b := s.bucket(id)
+		b.Level, b.At = arith.BucketAdd(b.Level, b.At, rate, cost, id.window, at)
+		s.buckets[id] = bucket{b, rate}
 	}
 }
 
@@ -412,7 +420,7 @@ func (s *Store) state(id bucketID, l strategy.CheckLimit, cost float64, now int6
 	switch id.kind {
 	case strategy.KindAnchored:
 		a := s.anchored(id)
-		if strategy.AnchoredCount(a, id.window, now) == 0 {
+		if arith.AnchoredCount(a.Level, a.At, id.window, now) == 0 {
 			return strategy.BucketState{Key: id.key, Kind: id.kind, Window: l.WindowSize}
 		}
 		return a
@@ -421,8 +429,8 @@ func (s *Store) state(id bucketID, l strategy.CheckLimit, cost float64, now int6
 		if lg := s.logs[id]; lg != nil {
 			lg.Trim(now, id.window)
 			st.At, st.Level = lg.Newest(), lg.Sum
-			if !allowed && !strategy.LogFits(lg.Sum, cost, l.Limit) {
-				st.RetryAt = strategy.RetryAt(lg.Entries, lg.Sum, cost, l.Limit, id.window)
+			if !allowed && !arith.LogFits(lg.Sum, cost, l.Limit) {
+				st.RetryAt = arith.RetryAt(lg.Entries, lg.Sum, cost, l.Limit, id.window)
 			}
 		}
 		return st

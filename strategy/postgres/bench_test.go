@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratesync/ratesync/internal/strategytest"
@@ -44,7 +46,7 @@ func BenchmarkPushDiffs(b *testing.B) {
 	s, pool := newStore(b, postgres.Config{})
 	ctx := context.Background()
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	var naive float64 // ns per diff of the baseline
 
 	// Baseline: one autocommit upsert statement per diff, as a simple port
@@ -88,7 +90,7 @@ func BenchmarkGetCounters(b *testing.B) {
 	s, pool := newStore(b, postgres.Config{})
 	ctx := context.Background()
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	diffs := benchDiffs(n, start, size)
 	if err := s.PushDiffs(ctx, strategy.Batch{Node: "load", Seq: 1, Diffs: diffs}); err != nil {
 		b.Fatal(err)
@@ -174,7 +176,7 @@ func benchSynchronous(b *testing.B, commit string) {
 	s := benchStore(b, commit)
 	ctx := context.Background()
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	var lanes atomic.Uint64
 	hit := func(node string, seq uint64) strategy.Batch {
 		return strategy.Batch{Node: node, Seq: seq, Diffs: []strategy.Diff{diff("bench", "hot", start, size, 1)}}

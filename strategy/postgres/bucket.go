@@ -83,7 +83,7 @@ func checkBucketDiff(d strategy.BucketDiff) error {
 type bucketDiffArgs struct {
 	bucketColumns
 	at   []int64
-	cw   []float64 // cost * window, as strategy.BucketAdd computes it
+	cw   []float64 // cost * window, as arith.BucketAdd computes it
 	rate []float64
 	ends []int32
 	cost []float64

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/postgres"
@@ -61,7 +63,7 @@ func TestBucketsAgreeWithTheMemoryStore(t *testing.T) {
 				r := refs[rng.IntN(len(refs))]
 				b.Buckets = append(b.Buckets, bucketDiff("x", r.Key, r.Kind, r.Window, at().UnixMilli(), float64(1+rng.IntN(4))/2, rates[rng.IntN(len(rates))]))
 				if rng.IntN(3) == 0 {
-					b.Diffs = append(b.Diffs, diff("x", r.Key, strategy.WindowStart(base, time.Minute), time.Minute, 1))
+					b.Diffs = append(b.Diffs, diff("x", r.Key, arith.WindowStart(base, time.Minute), time.Minute, 1))
 				}
 			}
 			got, err := s.PushAndCount(ctx, b)
@@ -133,7 +135,7 @@ func TestSeveralDiffsOfOneBucketInOneBatch(t *testing.T) {
 		bucketDiff("ns", "a", 1, time.Minute, t0, 1, 1), // same key and kind, another window
 		a(t0+2000, 1), // 3500 - 1500 + 1000 = 3000 at t0+2000
 		bucketDiff("ns", "a\x00", 1, time.Second, t0, 1, 1), // a key that sorts right after
-	}, Diffs: []strategy.Diff{diff("ns", "a", strategy.WindowStart(time.UnixMilli(t0), time.Minute), time.Minute, 1)}}
+	}, Diffs: []strategy.Diff{diff("ns", "a", arith.WindowStart(time.UnixMilli(t0), time.Minute), time.Minute, 1)}}
 	for range 2 { // a retry applies nothing
 		if _, err := s.PushAndCount(ctx, b); err != nil {
 			t.Fatal(err)
@@ -152,7 +154,7 @@ func TestSeveralDiffsOfOneBucketInOneBatch(t *testing.T) {
 	if want := bucketsOf(t, ref, "ns", refs); fmt.Sprint(got) != want {
 		t.Fatalf("buckets\n got %v\nwant %v", got, want)
 	}
-	if n := mustWindow(t, s, "ns", "a", strategy.WindowStart(time.UnixMilli(t0), time.Minute), time.Minute); n != 1 {
+	if n := mustWindow(t, s, "ns", "a", arith.WindowStart(time.UnixMilli(t0), time.Minute), time.Minute); n != 1 {
 		t.Fatalf("the batch's window diff counted %v, want 1", n)
 	}
 }
@@ -329,7 +331,7 @@ func TestConcurrentBucketPushesAndChecksNeverDeadlock(t *testing.T) {
 	ctx := context.Background()
 	now := strategytest.Base.Add(3 * time.Hour)
 	at, size := now.UnixMilli(), time.Minute
-	start := strategy.WindowStart(now, size)
+	start := arith.WindowStart(now, size)
 	const lanes, rounds, nkeys = 8, 15, 12
 	key := func(k int) string { return fmt.Sprintf("k%02d", k) }
 	var wg sync.WaitGroup

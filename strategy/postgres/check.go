@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -102,7 +104,7 @@ func checkChecks(node string, checks []strategy.Check) error {
 // With every row held it decides the checks in order (so each key's checks
 // see each other in order), each limit with strategy's arithmetic at the
 // check's Now: WindowFits (SpanFits for a precision limit: its Depth
-// windows), BucketLevel and BucketFits, AnchoredCount and AnchoredFits, a
+// windows), Level and BucketFits, AnchoredCount and AnchoredFits, a
 // log's Trim then LogFits. A passing check's cost, when above 0, is
 // counted once in each distinct current window (of size Sub) and once in
 // each distinct bucket (BucketAdd), anchored window (AnchoredAdd) and log
@@ -205,7 +207,7 @@ func (r *checkReply) results(checks []strategy.Check, refs []int32) []strategy.C
 // size Sub, a precision limit's windows.
 func limitKey(c strategy.Check, l strategy.CheckLimit) rowKey {
 	size := l.Sub()
-	return rowKey{c.Namespace, size.Milliseconds(), strategy.WindowStart(c.Now, size).UnixMilli(), c.Key}
+	return rowKey{c.Namespace, size.Milliseconds(), arith.WindowStart(c.Now, size).UnixMilli(), c.Key}
 }
 
 // checkRowColumns are the rows the checks read, as the function's arrays:
@@ -298,7 +300,7 @@ func checkKeyed(checks []strategy.Check, kidx map[bucketKey]int) [groupLog + 1]b
 // window (Sub for window limits) and limit, and: for window limits how
 // many windows it reads, the ms elapsed in its current window, whether it
 // is fixed, and limit * size; for buckets burst * window and
-// cost * window. The products are strategy.WindowFits' and BucketFits', in
+// cost * window. The products are arith.WindowFits' and BucketFits', in
 // float64 here (see migration 004). wrows are the windows each window
 // limit reads, newest first, as positions in the counter rows (idx).
 type checkArgs struct {

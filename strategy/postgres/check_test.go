@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/postgres"
@@ -50,7 +52,7 @@ func TestCheckAndCountAgreesWithTheMemoryStore(t *testing.T) {
 			for range 1 + rng.IntN(8) {
 				size := sizes[rng.IntN(len(sizes))]
 				now := base.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
-				start := strategy.WindowStart(now, size).Add(-time.Duration(rng.IntN(2)) * size)
+				start := arith.WindowStart(now, size).Add(-time.Duration(rng.IntN(2)) * size)
 				diffs = append(diffs, diff(namespaces[rng.IntN(len(namespaces))], keys[rng.IntN(len(keys))], start, size, float64(rng.IntN(5)-1)))
 			}
 			b := strategy.Batch{Node: "pusher", Seq: seq, Diffs: diffs}
@@ -107,7 +109,7 @@ func TestConcurrentChecksWithPlaceholdersNeverDeadlock(t *testing.T) {
 	s, pool := newStore(t, postgres.Config{})
 	ctx := context.Background()
 	size := time.Second
-	boundary := strategy.WindowStart(strategytest.Base.Add(30*time.Second), size)
+	boundary := arith.WindowStart(strategytest.Base.Add(30*time.Second), size)
 	nows := []time.Time{boundary.Add(-200 * time.Millisecond), boundary.Add(300 * time.Millisecond)}
 	const lanes, rounds, nkeys = 8, 40, 12
 	var (
@@ -126,7 +128,7 @@ func TestConcurrentChecksWithPlaceholdersNeverDeadlock(t *testing.T) {
 					var diffs []strategy.Diff
 					for _, k := range rng.Perm(nkeys)[:6] {
 						for _, now := range nows {
-							diffs = append(diffs, diff("ns", fmt.Sprintf("k%02d", k), strategy.WindowStart(now, size), size, 1))
+							diffs = append(diffs, diff("ns", fmt.Sprintf("k%02d", k), arith.WindowStart(now, size), size, 1))
 						}
 					}
 					if err := s.PushDiffs(ctx, strategy.Batch{Node: node, Seq: seq, Diffs: diffs}); err != nil {
@@ -186,7 +188,7 @@ func TestConcurrentChecksWithPlaceholdersNeverDeadlock(t *testing.T) {
 	}
 }
 
-// Window checks decide exactly as strategy.WindowFits, on cases at the
+// Window checks decide exactly as arith.WindowFits, on cases at the
 // boundary: exact fits (the request takes the last of the limit) and cases
 // where the weighted sum cur + prev*weight + cost, rounded at each step,
 // decides otherwise. Each case is its own key, counted by one push, and
@@ -208,7 +210,7 @@ func TestWindowChecksDecideAsWindowFits(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			c.limit = math.Nextafter(c.limit, 0)
 		}
-		fits := strategy.WindowFits(c.cur, c.prev, c.cost, c.limit, c.size, c.elapsed, false)
+		fits := arith.WindowFits(c.cur, c.prev, c.cost, c.limit, c.size, c.elapsed, false)
 		weighted := c.cur+c.prev*(float64(c.size-c.elapsed)/float64(c.size))+c.cost <= c.limit
 		if c.limit > 0 && fits != weighted {
 			cases = append(cases, c)
@@ -219,7 +221,7 @@ func TestWindowChecksDecideAsWindowFits(t *testing.T) {
 	var checks []strategy.Check
 	for i, c := range cases {
 		size := time.Duration(c.size) * time.Millisecond
-		start := strategy.WindowStart(base, size)
+		start := arith.WindowStart(base, size)
 		key := fmt.Sprintf("w%03d", i)
 		diffs = append(diffs, diff("ns", key, start, size, c.cur), diff("ns", key, start.Add(-size), size, c.prev))
 		checks = append(checks, strategy.Check{Namespace: "ns", Key: key, Cost: c.cost, Now: start.Add(time.Duration(c.elapsed) * time.Millisecond),
@@ -231,7 +233,7 @@ func TestWindowChecksDecideAsWindowFits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range cases {
-		if want := strategy.WindowFits(c.cur, c.prev, c.cost, c.limit, c.size, c.elapsed, false); res[i].Allowed != want {
+		if want := arith.WindowFits(c.cur, c.prev, c.cost, c.limit, c.size, c.elapsed, false); res[i].Allowed != want {
 			t.Errorf("case %+v: allowed %v, want %v (WindowFits)", c, res[i].Allowed, want)
 		}
 	}

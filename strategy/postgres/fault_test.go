@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratesync/ratesync/internal/strategytest"
@@ -50,7 +52,7 @@ func proxiedPool(t *testing.T, p *testenv.Postgres) (*pgxpool.Pool, *testenv.Pro
 func TestDroppedReplyThenRetryCountsOnce(t *testing.T) {
 	size := time.Minute
 	now := strategytest.Base.Add(15 * time.Second)
-	start := strategy.WindowStart(now, size)
+	start := arith.WindowStart(now, size)
 	window := []strategy.Diff{diff("ns", "k", start, size, 1)}
 	buckets := []strategy.BucketDiff{{Namespace: "ns", Key: "k", Kind: 1, Window: time.Second, At: now.UnixMilli(), Cost: 1, Rate: 1}}
 	checks := func(limits ...strategy.CheckLimit) []strategy.Check {
@@ -266,7 +268,7 @@ func TestLostCheckReplyRetryGetsTheDecisionsMadeThen(t *testing.T) {
 	}
 	now := strategytest.Base.Add(15 * time.Second)
 	ms := now.UnixMilli()
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	// Seq 1 prepares the statement on the pool's one connection, so that
 	// seq 2 is a single exchange whose reply can be dropped.
 	if _, err := s.CheckAndCount(ctx, "n", 1, strategytest.RetryCall("warm", now)); err != nil {

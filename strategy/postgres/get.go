@@ -8,6 +8,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -85,7 +87,7 @@ func (s *Store) GetCounters(ctx context.Context, q strategy.Query) iter.Seq2[str
 				}
 			}
 			ms := size.Milliseconds()
-			cur := strategy.WindowStart(q.Now, size).UnixMilli()
+			cur := arith.WindowStart(q.Now, size).UnixMilli()
 			for back := range int64(depth) {
 				sizes = append(sizes, ms)
 				starts = append(starts, cur-back*ms)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/postgres"
@@ -25,7 +27,7 @@ func TestGetCountersProbesThePrimaryKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	const rows, held = 20_000, 500
 	diffs := make([]strategy.Diff, rows)
 	for i := range diffs {
@@ -102,7 +104,7 @@ func byteaArray(keys [][]byte) string {
 func TestGetCountersYieldsRepeatedKeysOnce(t *testing.T) {
 	s, _ := newStore(t, postgres.Config{})
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{
 		diff("ns", "a", start, size, 1), diff("ns", "b", start, size, 2), diff("ns", "b", start.Add(-size), size, 3),
 	}})

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/postgres"
@@ -93,7 +95,7 @@ func keyedAgree(t *testing.T, seed uint64, jitter, step int, keyedWindows []time
 					// Dyadic: a push sums the diffs of one counter before
 					// adding them, exact for such values only.
 					size := sizes[pick(len(sizes))]
-					b.Diffs = append(b.Diffs, diff("x", k, strategy.WindowStart(at, size), size, []float64{0.25, 0.5, 1, 2}[pick(4)]))
+					b.Diffs = append(b.Diffs, diff("x", k, arith.WindowStart(at, size), size, []float64{0.25, 0.5, 1, 2}[pick(4)]))
 				default:
 					kind := []uint8{1, 4, strategy.KindAnchored, strategy.KindLog, strategy.KindLog}[pick(5)]
 					b.Buckets = append(b.Buckets, bucketDiff("x", k, kind, keyedWindows[1+pick(3)], at.UnixMilli(), c, limits[pick(len(limits))]))
@@ -198,13 +200,13 @@ func TestLogTrimsOnUse(t *testing.T) {
 	if _, e := logRows(t, pool); e != 25 {
 		t.Fatalf("%d entries after a check at t0+1245ms, want 25", e)
 	}
-	ref := &strategy.Log{}
+	ref := &arith.Log{}
 	for _, d := range diffs {
 		ref.Add(d.At, d.Cost)
 	}
 	ref.Trim(t0.UnixMilli()+1245, 1000)
 	if r.Buckets[0].Level != ref.Sum || r.Buckets[0].At != t0.UnixMilli()+490 {
-		t.Fatalf("after the trim: %+v, want sum %v (strategy.Log's), newest at t0+490", r.Buckets[0], ref.Sum)
+		t.Fatalf("after the trim: %+v, want sum %v (arith.Log's), newest at t0+490", r.Buckets[0], ref.Sum)
 	}
 	r = mustCheck(t, s, "n", 2, logCheck("k", t0.Add(time.Hour), 0, 100, time.Second))[0]
 	if h, e := logRows(t, pool); h != 1 || e != 0 {
@@ -249,7 +251,7 @@ func TestLogHitRewritesNoLog(t *testing.T) {
 
 // A log at 10,000 entries (one per millisecond, the bound of a log of
 // limit 10,000 and cost 1) decides, trims, answers RetryAt from its oldest
-// entry and its newest, and purges, as strategy.Log does.
+// entry and its newest, and purges, as arith.Log does.
 func TestLogAtItsBound(t *testing.T) {
 	s, pool := newStore(t, postgres.Config{})
 	mem := newMemory()

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratesync/ratesync/internal/strategytest"
@@ -69,7 +71,7 @@ func TestNewWithTheServerDownMigratesOnFirstCall(t *testing.T) {
 		t.Fatalf("New with the server stopped: %v", err)
 	}
 	now := strategytest.Base
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	batch := func(node string) strategy.Batch {
 		return strategy.Batch{Node: node, Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}}
 	}
@@ -163,7 +165,7 @@ func TestMigrationRefusedAfterAStartWithoutTheServer(t *testing.T) {
 		t.Fatalf("New with the server out of reach: %v", err)
 	}
 	proxy.Restore()
-	start := strategy.WindowStart(strategytest.Base, time.Minute)
+	start := arith.WindowStart(strategytest.Base, time.Minute)
 	for i := range 3 {
 		_, err := s.GetWindow(ctx, "ns", "k", start, time.Minute)
 		if err == nil || !strings.Contains(err.Error(), "create the version table") || !strings.Contains(err.Error(), "permission denied") {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratesync/ratesync/internal/strategytest"
@@ -57,7 +59,7 @@ func migrateTo(t *testing.T, pool *pgxpool.Pool, version int) {
 func oldCheck(t *testing.T, pool *pgxpool.Pool, seq uint64, key string, now time.Time) (bool, float64) {
 	t.Helper()
 	size := time.Minute
-	cur := strategy.WindowStart(now, size).UnixMilli()
+	cur := arith.WindowStart(now, size).UnixMilli()
 	var (
 		applied   bool
 		allowed   []bool
@@ -66,7 +68,7 @@ func oldCheck(t *testing.T, pool *pgxpool.Pool, seq uint64, key string, now time
 	err := pool.QueryRow(context.Background(),
 		`SELECT applied, allowed, cur, prev FROM public.ratesync_counters_check($1, $2::numeric, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
 		"old-node", seq, []string{"old", "old"}, []int64{60000, 60000}, []int64{cur - 60000, cur}, [][]byte{[]byte(key), []byte(key)},
-		[]bool{false, true}, []float64{1}, []int32{1}, []int32{2}, []int32{1}, []float64{strategy.Weight(now, size)}, []float64{10},
+		[]bool{false, true}, []float64{1}, []int32{1}, []int32{2}, []int32{1}, []float64{arith.Weight(now.UnixMilli()-arith.WindowStart(now, size).UnixMilli(), size.Milliseconds())}, []float64{10},
 	).Scan(&applied, &allowed, &curs, &prv)
 	if err != nil {
 		t.Fatalf("check with the function of the previous release: %v", err)
@@ -171,7 +173,7 @@ func TestUpgradeFrom003AddsBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New as the role after the upgrade: %v", err)
 	}
-	if got := mustWindow(t, s, "old", "k", strategy.WindowStart(now, time.Minute), time.Minute); got != 2 {
+	if got := mustWindow(t, s, "old", "k", arith.WindowStart(now, time.Minute), time.Minute); got != 2 {
 		t.Fatalf("count of the previous release's key: %v, want 2", got)
 	}
 	useEverything(t, s, 10)
@@ -185,7 +187,7 @@ func TestUpgradeFrom003AddsBuckets(t *testing.T) {
 func checkOf004(t *testing.T, pool *pgxpool.Pool, seq uint64, key string, now time.Time) (bool, float64, float64) {
 	t.Helper()
 	size := time.Minute
-	cur := strategy.WindowStart(now, size).UnixMilli()
+	cur := arith.WindowStart(now, size).UnixMilli()
 	var (
 		applied   bool
 		allowed   []bool
@@ -316,7 +318,7 @@ func TestUpgradeFrom005KeepsDecisions(t *testing.T) {
 		t.Fatalf("New as the role after the upgrade: %v", err)
 	}
 	now := strategytest.Base.Add(30 * time.Second)
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	checks := []strategy.Check{
 		{Namespace: "ns", Key: "k", Cost: 2, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 3, Fixed: true}}},
 		{Namespace: "ns", Key: "k", Cost: 2, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 3, Fixed: true}}},

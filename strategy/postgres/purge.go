@@ -6,10 +6,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"github.com/ratesync/ratesync/strategy"
 )
 
 // purgeSQL deletes at most $4 rows of one namespace and window size that
@@ -33,7 +33,7 @@ func purgeLanesSQL(n names) string {
 }
 
 // purgeBucketsSQL deletes at most $6 buckets of namespace $1 that are empty
-// as of $2 (strategy.BucketLevel at the rate they last drained at is 0,
+// as of $2 (arith.Level at the rate they last drained at is 0,
 // written as in migration 004), among those after ($3, $4, $5) in
 // primary-key order, and returns how many it deleted and the last of them
 // (NULLs when none). Each statement is its own short transaction; buckets
@@ -58,7 +58,7 @@ LEFT JOIN (SELECT key, kind, window_ms FROM gone ORDER BY key DESC, kind DESC, w
 }
 
 // purgeAnchoredSQL deletes at most $5 anchored windows of namespace $1
-// that are closed as of $2 (strategy.AnchoredCount is 0: no count, or
+// that are closed as of $2 (arith.AnchoredCount is 0: no count, or
 // $2 >= at + window), among those after ($3, $4) in primary-key order,
 // and returns how many it deleted and the last of them, as
 // purgeBucketsSQL does.
@@ -133,7 +133,7 @@ const purgeKeep = 2
 // the previous and one spare window), its buckets that are empty as of now
 // (at the rate they last drained at), its anchored windows that are closed
 // as of now, its logs' entries that no longer weigh at now (each log
-// trimmed as strategy.Log.Trim does, and deleted when that empties it),
+// trimmed as arith.Log.Trim does, and deleted when that empties it),
 // and lanes that applied nothing for Config.LaneTTL by the server's clock.
 // It deletes in batches of Config.PurgeBatch rows (of logs: headers), one
 // short statement (of logs: one short transaction) each, until a batch
@@ -155,7 +155,7 @@ func (s *Store) Purge(ctx context.Context, namespace string, windowSizes []time.
 		if slices.Contains(windowSizes[:i], size) {
 			continue
 		}
-		cutoff := strategy.WindowStart(now, size).UnixMilli() - purgeKeep*size.Milliseconds()
+		cutoff := arith.WindowStart(now, size).UnixMilli() - purgeKeep*size.Milliseconds()
 		if err := s.purgeBatches(ctx, s.q.purge, namespace, size.Milliseconds(), cutoff); err != nil {
 			return dbErr(ctx, fmt.Sprintf("purge namespace %q, window size %v", namespace, size), err)
 		}
@@ -239,7 +239,7 @@ func (s *Store) purgeAnchored(ctx context.Context, namespace string, now int64) 
 // Config.PurgeBatch headers in primary-key order, each in a transaction:
 // it locks the batch's headers (skipping those a writer holds), deletes
 // their entries that no longer weigh (at <= now - window), subtracts their
-// costs from each log's sum, oldest first, as strategy.Log.Trim does (0
+// costs from each log's sum, oldest first, as arith.Log.Trim does (0
 // once the log is empty), and writes the headers back, deleting those of
 // logs left empty.
 func (s *Store) purgeLogs(ctx context.Context, namespace string, now int64) error {
@@ -321,7 +321,7 @@ func (s *Store) purgeLogBatch(ctx context.Context, namespace string, now int64, 
 			}
 			h := &logs[i]
 			h.trimmed = true
-			for _, c := range costs { // strategy.Log.Trim
+			for _, c := range costs { // arith.Log.Trim
 				h.sum -= c
 			}
 			if h.entries -= int32(len(costs)); h.entries <= 0 {

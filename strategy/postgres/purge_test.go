@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratesync/ratesync/internal/strategytest"
@@ -18,7 +20,7 @@ func TestPurgeDeletesOldWindowsInBatches(t *testing.T) {
 	ctx := context.Background()
 	size := time.Minute
 	now := strategytest.Base.Add(2*time.Hour + 30*time.Second)
-	cur := strategy.WindowStart(now, size)
+	cur := arith.WindowStart(now, size)
 	const windows, keys = 60, 50 // 3,000 rows of ns/1m, most of them old
 	seq := uint64(0)
 	for w := range windows {
@@ -86,7 +88,7 @@ func TestPurgeDeletesOldWindowsInBatches(t *testing.T) {
 func TestPurgeDeletesLanesUnusedForLaneTTL(t *testing.T) {
 	s, pool := newStore(t, postgres.Config{LaneTTL: time.Hour})
 	ctx := context.Background()
-	start := strategy.WindowStart(strategytest.Base, time.Minute)
+	start := arith.WindowStart(strategytest.Base, time.Minute)
 	for _, node := range []string{"gone", "idle-but-young", "busy"} {
 		mustPush(t, s, strategy.Batch{Node: node, Seq: 5, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}})
 	}
@@ -128,7 +130,7 @@ func logRows(t *testing.T, pool *pgxpool.Pool) (headers, entries int) {
 }
 
 // Purge drops the namespace's closed anchored windows and trims its logs
-// (as strategy.Log.Trim, a log left empty losing its header), in batches
+// (as arith.Log.Trim, a log left empty losing its header), in batches
 // that resume after the last row; it keeps open windows, the entries that
 // still weigh, other namespaces' state, and what a writer holds (until a
 // later purge). The state it leaves decides as the memory store's does.

@@ -52,7 +52,7 @@
 // the rate it last drained at, which tells Purge when it is empty. Bucket
 // diffs and bucket limits are computed with strategy's arithmetic, in
 // double precision, in the order strategy/bucket.go and
-// strategy.WindowFits write it, so that the store decides as a node does,
+// arith.WindowFits write it, so that the store decides as a node does,
 // bit for bit (migrations/004_buckets.sql). Anchored windows and logs are
 // kept the same way (migrations/005_keyed.sql), with strategy/keyed.go's
 // arithmetic:
@@ -60,7 +60,7 @@
 //   - an anchored window is one row, its opening instant and count; a key
 //     whose window closed keeps its row, a closed window, until Purge;
 //   - a sliding log is a header row, which holds the log's running sum
-//     (strategy.Log's Sum: added to by each hit, subtracted from entry by
+//     (arith.Log's Sum: added to by each hit, subtracted from entry by
 //     entry, oldest first, as entries stop weighing, and exactly 0 once the
 //     log is empty), its number of entries and its newest instant, plus
 //     one row per entry: the cost admitted at one millisecond, hits of the
@@ -69,7 +69,7 @@
 //     subtracts their costs), then adds or changes one entry row and the
 //     header; no statement rewrites a whole log, and only a denied check
 //     that the log refuses reads its entries, oldest first, as far as
-//     strategy.RetryAt needs. Writers of a log's entries hold its
+//     arith.RetryAt needs. Writers of a log's entries hold its
 //     header's row lock. A log holds at most one entry per millisecond of
 //     its window, and checks keep the costs of its entries that weigh at
 //     most Limit: with costs of 1 or more, at most Limit entries (pushes

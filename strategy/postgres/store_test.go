@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -218,7 +220,7 @@ func TestStoresWithOtherNamesAreIndependent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := strategy.WindowStart(strategytest.Base, time.Minute)
+	start := arith.WindowStart(strategytest.Base, time.Minute)
 	mustPush(t, a, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}})
 	mustPush(t, b, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 10)}})
 	if got := mustWindow(t, a, "ns", "k", start, time.Minute); got != 1 {
@@ -241,7 +243,7 @@ func TestStoresWithOtherNamesAreIndependent(t *testing.T) {
 func TestKeyWithSQLMetacharactersDoesNotBreakTheBatch(t *testing.T) {
 	s, _ := newStore(t, postgres.Config{})
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	nasty := `it's 50% off? $1 '; DROP TABLE ratesync_counters; -- ?|%s`
 	var diffs []strategy.Diff
 	for i := range 50 {
@@ -269,7 +271,7 @@ func TestKeyWithSQLMetacharactersDoesNotBreakTheBatch(t *testing.T) {
 func TestSeqIsExactOverTheWholeUint64Range(t *testing.T) {
 	s, _ := newStore(t, postgres.Config{})
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	b := func(seq uint64, v float64) strategy.Batch {
 		return strategy.Batch{Node: "n", Seq: seq, Diffs: []strategy.Diff{diff("ns", "k", start, size, v)}}
 	}
@@ -286,7 +288,7 @@ func TestSeqIsExactOverTheWholeUint64Range(t *testing.T) {
 func TestTextFieldsAreValidated(t *testing.T) {
 	s, _ := newStore(t, postgres.Config{})
 	ctx := context.Background()
-	start := strategy.WindowStart(strategytest.Base, time.Minute)
+	start := arith.WindowStart(strategytest.Base, time.Minute)
 	err := s.PushDiffs(ctx, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{
 		diff("ns", "ok", start, time.Minute, 1), diff("bad\x00ns", "k", start, time.Minute, 1),
 	}})
@@ -315,7 +317,7 @@ func TestCanceledContextIsReturnedUnchanged(t *testing.T) {
 	s, _ := newStore(t, postgres.Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	start := strategy.WindowStart(strategytest.Base, time.Minute)
+	start := arith.WindowStart(strategytest.Base, time.Minute)
 	if err := s.PushDiffs(ctx, strategy.Batch{Node: "n", Seq: 1}); err != context.Canceled {
 		t.Errorf("PushDiffs: %v, want context.Canceled", err)
 	}
@@ -372,7 +374,7 @@ func TestRetryRacingItsFirstAttemptCountsOnce(t *testing.T) {
 	s, pool := newStore(t, postgres.Config{})
 	ctx := context.Background()
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	b := strategy.Batch{Node: "n", Seq: 7, Diffs: []strategy.Diff{diff("ns", "a", start, size, 1), diff("ns", "b", start, size, 2)}}
 	check := []strategy.Check{{Namespace: "ns", Key: "c", Cost: 1, Now: strategytest.Base, Limits: []strategy.CheckLimit{{WindowSize: size, Limit: 10}}}}
 
@@ -441,7 +443,7 @@ func TestReplayTouchesNoCounterRow(t *testing.T) {
 	s, pool := newStore(t, postgres.Config{})
 	ctx := context.Background()
 	size := time.Minute
-	start := strategy.WindowStart(strategytest.Base, size)
+	start := arith.WindowStart(strategytest.Base, size)
 	b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, size, 1)},
 		Buckets: []strategy.BucketDiff{{Namespace: "ns", Key: "k", Kind: 1, Window: size, At: strategytest.Base.UnixMilli(), Cost: 1, Rate: 1}}}
 	check := []strategy.Check{{Namespace: "ns", Key: "k", Cost: 1, Now: strategytest.Base,
@@ -489,7 +491,7 @@ func TestAgreesWithTheMemoryStore(t *testing.T) {
 		var diffs []strategy.Diff
 		for range 1 + rng.IntN(12) {
 			size := sizes[rng.IntN(len(sizes))]
-			start := strategy.WindowStart(now, size).Add(-time.Duration(rng.IntN(2)) * size)
+			start := arith.WindowStart(now, size).Add(-time.Duration(rng.IntN(2)) * size)
 			diffs = append(diffs, diff([]string{"x", "y"}[rng.IntN(2)], keys[rng.IntN(len(keys))], start, size, float64(rng.IntN(7)-1)))
 		}
 		b := strategy.Batch{Node: "n", Seq: seq, Diffs: diffs}
@@ -543,7 +545,7 @@ func TestConcurrentPushesAndChecksNeverDeadlock(t *testing.T) {
 	ctx := context.Background()
 	size := time.Minute
 	now := strategytest.Base.Add(10 * time.Second)
-	start := strategy.WindowStart(now, size)
+	start := arith.WindowStart(now, size)
 	const lanes, rounds, nkeys = 8, 20, 30
 	var wg sync.WaitGroup
 	errs := make(chan error, lanes*rounds)
@@ -634,7 +636,7 @@ func useEverything(t *testing.T, s *postgres.Store, seq uint64) {
 	t.Helper()
 	ctx := context.Background()
 	now := strategytest.Base.Add(30 * time.Second)
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	const key = "k\x00\xff"
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: seq, Diffs: []strategy.Diff{diff("ns", key, start, time.Minute, 1)},
 		Buckets: []strategy.BucketDiff{

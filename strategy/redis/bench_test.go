@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -48,7 +50,7 @@ func perDiff(b *testing.B, n int, o *ops) {
 // at 2,000 diffs an iteration: compare ns/diff).
 func BenchmarkPushDiffs(b *testing.B) {
 	ctx := context.Background()
-	start := strategy.WindowStart(time.Now(), time.Minute)
+	start := arith.WindowStart(time.Now(), time.Minute)
 	for _, n := range []int{10_000, 100_000} {
 		keys := keysN(n)
 		diffs := diffsOf(keys, start)
@@ -116,7 +118,7 @@ func BenchmarkGetCounters(b *testing.B) {
 	ctx := context.Background()
 	const n = 100_000
 	now := time.Now()
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	keys := keysN(n)
 	s, c := newStore(b, redis.Config{})
 	if err := s.PushDiffs(ctx, strategy.Batch{Node: "bench", Seq: 1, Diffs: diffsOf(keys, start)}); err != nil {
@@ -185,7 +187,7 @@ func BenchmarkGetCounters(b *testing.B) {
 func BenchmarkSynchronousHit(b *testing.B) {
 	ctx := context.Background()
 	now := time.Now()
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	d := []strategy.Diff{diff("api", "user:42", start, time.Minute, 1)}
 	s, c := newStore(b, redis.Config{})
 	o := countOps(b, c)

@@ -21,7 +21,7 @@ import (
 //	"<at> <level> <rate>"    e.g. "2208988800334 2998 3"
 //
 // at in Unix ms, level as '%.17g' writes it (which parses back to the very
-// double: strategy.BucketAdd's arithmetic stays exact from call to call),
+// double: arith.BucketAdd's arithmetic stays exact from call to call),
 // rate as the node sent it. One string with a TTL is about the smallest a
 // Redis key gets: 120 bytes for a bucket of the key "user:42" (MEMORY
 // USAGE on Redis 7.0, key name included; its TTL adds an entry to the

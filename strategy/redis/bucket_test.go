@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -170,7 +172,7 @@ func TestBucketLevelsRoundTrip(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			want := strategy.BucketState{Key: tc.name, Kind: kindToken, Window: tc.window}
 			for i, st := range tc.steps {
-				want = strategy.BucketAdd(want, st.rate, st.cost, tc.window.Milliseconds(), st.at)
+				want.Level, want.At = arith.BucketAdd(want.Level, want.At, st.rate, st.cost, tc.window.Milliseconds(), st.at)
 				mustPush(t, s, strategy.Batch{Node: tc.name, Seq: uint64(i + 1), Buckets: []strategy.BucketDiff{bucketDiff("ns", tc.name, tc.window, st.at, st.cost, st.rate)}})
 				got := oneBucket(t, s, "ns", tc.name, tc.window)
 				if got.At != want.At || math.Float64bits(got.Level) != math.Float64bits(want.Level) {
@@ -200,7 +202,7 @@ func TestBucketsCountOnceWhenTheReplyIsLost(t *testing.T) {
 	noRetries := func(o *goredis.Options) { o.MaxRetries = -1 }
 	ctx := context.Background()
 	at := base.UnixMilli()
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 
 	t.Run("push and count", func(t *testing.T) {
 		s, p, _ := proxied(t, r, noRetries)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"github.com/ratesync/ratesync/strategy"
 )
 
@@ -18,19 +20,19 @@ import (
 // key) run in one check.lua script, in order, atomically, and on a client
 // of one server the shards of the call (up to mergeMax checks) share that
 // script; the scripts run in one pipelined round trip. A check passes when every limit lets it:
-// strategy.WindowFits for a window limit, with the time elapsed in the
-// current window from the check's Now (strategy.SpanFits over the Depth
-// sub-windows of a limit with a Precision), and strategy.BucketFits for a
+// arith.WindowFits for a window limit, with the time elapsed in the
+// current window from the check's Now (arith.SpanFits over the Depth
+// sub-windows of a limit with a Precision), and arith.BucketFits for a
 // bucket limit (the bucket (Key, Kind, WindowSize), refilling Limit per
-// WindowSize up to Burst), strategy.AnchoredFits for an anchored window
-// and strategy.LogFits for a log (trimmed at Now first), at Now; Redis
+// WindowSize up to Burst), arith.AnchoredFits for an anchored window
+// and arith.LogFits for a log (trimmed at Now first), at Now; Redis
 // computes them as the node does, bit for bit. A passing check adds Cost
 // once to the current window of each distinct size (Sub) of its window
 // limits and, when Cost > 0, to each of its distinct buckets, anchored
-// windows and logs (strategy.BucketAdd, AnchoredAdd, Log.Add at Now). A
+// windows and logs (arith.BucketAdd, AnchoredAdd, Log.Add at Now). A
 // precision limit's result holds all its Depth counts in Windows; a log's
 // state holds, for a check that did not pass and that the log refuses,
-// the instant it fits (strategy.RetryAt).
+// the instant it fits (arith.RetryAt).
 //
 // Each script records seq with the decisions of its checks, in the same
 // atomic step, in the lane record of its first shard, which stands for
@@ -355,7 +357,7 @@ func (cc *checkCall) plan(s *Store, c *strategy.Check) int {
 			continue
 		}
 		size := l.Sub().Milliseconds()
-		start := strategy.WindowStart(c.Now, l.Sub()).UnixMilli()
+		start := arith.WindowStart(c.Now, l.Sub()).UnixMilli()
 		for back := range l.Depth() {
 			cc.window(window{size, start - int64(back)*size})
 		}
@@ -372,7 +374,7 @@ func (cc *checkCall) plan(s *Store, c *strategy.Check) int {
 	p := plan{now: now, cost: c.Cost, limits: c.Limits}
 	if len(c.Limits) == 1 && c.Limits[0].Kind == 0 && c.Limits[0].Depth() == 2 {
 		l := &c.Limits[0]
-		p.simple = cc.window(window{l.Sub().Milliseconds(), strategy.WindowStart(c.Now, l.Sub()).UnixMilli()})
+		p.simple = cc.window(window{l.Sub().Milliseconds(), arith.WindowStart(c.Now, l.Sub()).UnixMilli()})
 	}
 	cc.plans = append(cc.plans, p)
 	return len(cc.plans)
@@ -407,7 +409,7 @@ func (cc *checkCall) encodePlan(nums []byte, p *plan) []byte {
 			continue
 		}
 		size := l.Sub().Milliseconds()
-		start := strategy.WindowStart(now, l.Sub()).UnixMilli()
+		start := arith.WindowStart(now, l.Sub()).UnixMilli()
 		d := l.Depth()
 		put(float64(d))
 		for back := range d {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/strategytest"
@@ -57,7 +59,7 @@ func proxied(t *testing.T, r *testenv.Redis, opts func(*goredis.Options)) (*redi
 func TestDroppedReplyIsCountedOnce(t *testing.T) {
 	r := testenv.NewRedis(t)
 	noRetries := func(o *goredis.Options) { o.MaxRetries = -1 }
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	var diffs []strategy.Diff
 	for i := range 300 { // every shard: a pipeline of 16 scripts
 		diffs = append(diffs, diff("ns", fmt.Sprintf("k%d", i), start, time.Minute, 1))
@@ -125,7 +127,7 @@ func TestLostCheckReplyRetryGetsTheDecisionsMadeThen(t *testing.T) {
 	ctx := context.Background()
 	now := base.Add(15 * time.Second)
 	ms := now.UnixMilli()
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	call := strategytest.RetryCall("ns", now)
 	exact := func(t *testing.T, s *redis.Store, c *goredis.Client, res []strategy.CheckResult) {
 		t.Helper()
@@ -224,7 +226,7 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	r := testenv.PrivateRedis(t)
 	s := storeOn(t, r.Client(t), r.Prefix, redis.Config{Timeout: time.Second})
 	now := time.Date(2030, 1, 1, 0, 0, 30, 0, time.UTC)
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	cfg := namespace.Config{Name: "api", SyncRate: 100 * time.Millisecond, Strategy: s, WindowSizes: []time.Duration{time.Minute}, Clock: namespace.NodeClock}
 	a, b := node(t, "a", now), node(t, "b", now)
 	for _, in := range []*ratelimiting.Instance{a, b} {
@@ -437,7 +439,7 @@ func TestLaneRecordOfTheSeqAlone(t *testing.T) {
 	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
 	ctx := context.Background()
 	now := base.Add(15 * time.Second)
-	start := strategy.WindowStart(now, time.Minute)
+	start := arith.WindowStart(now, time.Minute)
 	lane := "{" + r.Prefix + ":ns:0}:lane:n"
 	check := func(cost float64) strategy.Check {
 		return strategy.Check{Namespace: "ns", Key: "k", Cost: cost, Now: now, Limits: []strategy.CheckLimit{{WindowSize: time.Minute, Limit: 3, Fixed: true}}}

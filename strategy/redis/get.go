@@ -7,6 +7,8 @@ import (
 	"iter"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/strategy"
@@ -77,7 +79,7 @@ var errStop = errors.New("redis: iteration stopped")
 // before it, newest first, down to the size's depth.
 func windows(sizes []sizeDepth, now time.Time, fn func(size time.Duration, start time.Time)) {
 	for _, sd := range sizes {
-		cur := strategy.WindowStart(now, sd.size)
+		cur := arith.WindowStart(now, sd.size)
 		for back := range sd.depth {
 			fn(sd.size, cur.Add(-time.Duration(back)*sd.size))
 		}

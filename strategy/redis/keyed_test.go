@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -218,7 +220,7 @@ func TestLogKeys(t *testing.T) {
 	if res := checkAt(t, s, &seq, "k", t0, 0, lim); !res.Allowed || c.Exists(ctx, entries, sum).Val() != 0 {
 		t.Fatalf("a peek of an empty log: %+v; want allowed and no keys", res)
 	}
-	var lg strategy.Log // the reference
+	var lg arith.Log // the reference
 
 	for _, cost := range []float64{1, 0.5, 1} { // one ms: one entry
 		checkAt(t, s, &seq, "k", t0, cost, lim)
@@ -488,7 +490,7 @@ func TestLogEntriesWithoutTheirSumGo(t *testing.T) {
 // A log at 10,000 entries (one per ms of its window): the scripts push
 // them, decide on them, walk them all for a denied request's RetryAt,
 // trim half of them in one check and the rest at once, exactly as
-// strategy.Log does, with no Lua stack or reply limit in the way.
+// arith.Log does, with no Lua stack or reply limit in the way.
 func TestLogAtItsBound(t *testing.T) {
 	r := testenv.NewRedis(t)
 	c := r.Client(t)
@@ -498,7 +500,7 @@ func TestLogAtItsBound(t *testing.T) {
 	w := n * time.Millisecond
 	_, entries, sum := keyedKeys(r.Prefix, "ns", "k", w)
 	t0 := base.UnixMilli()
-	var lg strategy.Log // the reference
+	var lg arith.Log // the reference
 	var diffs []strategy.BucketDiff
 	costs := []float64{1, 0.1, 1.0 / 3, 2}
 	for i := range n {
@@ -525,7 +527,7 @@ func TestLogAtItsBound(t *testing.T) {
 		t.Logf("check at +%d, cost %v: %v", now-t0, cost, time.Since(t1))
 		return res.Buckets[0]
 	}
-	same := func(what string, got strategy.BucketState, want strategy.Log, retry int64) {
+	same := func(what string, got strategy.BucketState, want arith.Log, retry int64) {
 		t.Helper()
 		if got.At != want.Newest() || math.Float64bits(got.Level) != math.Float64bits(want.Sum) || got.RetryAt != retry {
 			t.Fatalf("%s: %+v, want newest %d, sum %v, retry at %d", what, got, want.Newest(), want.Sum, retry)
@@ -535,11 +537,11 @@ func TestLogAtItsBound(t *testing.T) {
 	// Denied: a cost of the whole limit fits once every entry is gone.
 	now := t0 + n - 1
 	limit := lg.Sum
-	same("a denial that waits for every entry", check(now, limit, limit), lg, strategy.RetryAt(lg.Entries, lg.Sum, limit, limit, w.Milliseconds()))
-	if r := strategy.RetryAt(lg.Entries, lg.Sum, limit, limit, w.Milliseconds()); r != t0+n-1+n {
+	same("a denial that waits for every entry", check(now, limit, limit), lg, arith.RetryAt(lg.Entries, lg.Sum, limit, limit, w.Milliseconds()))
+	if r := arith.RetryAt(lg.Entries, lg.Sum, limit, limit, w.Milliseconds()); r != t0+n-1+n {
 		t.Fatalf("reference RetryAt %d: want the newest entry's end, %d", r, t0+n-1+n)
 	}
-	same("a denial that waits for half", check(now, limit/2, limit), lg, strategy.RetryAt(lg.Entries, lg.Sum, limit/2, limit, w.Milliseconds()))
+	same("a denial that waits for half", check(now, limit/2, limit), lg, arith.RetryAt(lg.Entries, lg.Sum, limit/2, limit, w.Milliseconds()))
 
 	// Half the entries stop weighing: one check trims 5,000.
 	now = t0 + n + n/2 - 1
@@ -549,7 +551,7 @@ func TestLogAtItsBound(t *testing.T) {
 		t.Fatalf("%d entries (reference %d), want %d", got, len(lg.Entries), n/2)
 	}
 	// All of them: the keys go.
-	same("after every entry", check(t0+3*n, 0, limit), strategy.Log{}, 0)
+	same("after every entry", check(t0+3*n, 0, limit), arith.Log{}, 0)
 	if got := c.Exists(ctx, entries, sum).Val(); got != 0 {
 		t.Fatalf("%d keys left, want none", got)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -65,7 +67,7 @@ func TestGroupsShareAScript(t *testing.T) {
 	}
 	ctx := context.Background()
 	size := time.Minute
-	start := strategy.WindowStart(base, size)
+	start := arith.WindowStart(base, size)
 	const n = 64
 	shards := map[int]bool{}
 	checksOf := map[int]int{} // checks per shard

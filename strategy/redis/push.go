@@ -14,8 +14,8 @@ import (
 )
 
 // PushDiffs adds each diff of b to its counter, and each bucket diff to its
-// bucket (strategy.BucketAdd at the diff's At, with no regard to capacity),
-// anchored window (strategy.AnchoredAdd at At) or log (strategy.Log.Add at
+// bucket (arith.BucketAdd at the diff's At, with no regard to capacity),
+// anchored window (arith.AnchoredAdd at At) or log (arith.Log.Add at
 // At, in its place among the entries, not trimmed), at most once per
 // (b.Node, b.Seq): one push.lua script per namespace shard
 // the batch touches, all in one pipelined round trip. A batch whose

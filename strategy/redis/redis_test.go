@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -62,7 +64,7 @@ func TestNewRefusesAnotherShardCount(t *testing.T) {
 func TestInvalidInputIsRejected(t *testing.T) {
 	s, _ := newStore(t, redis.Config{})
 	ctx := context.Background()
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	for _, tc := range []struct {
 		name string
 		d    strategy.Diff
@@ -122,7 +124,7 @@ func TestInvalidInputIsRejected(t *testing.T) {
 // exactly.
 func TestSeqComparesExactlyPast2To53(t *testing.T) {
 	s, _ := newStore(t, redis.Config{})
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	b := func(seq uint64, v float64) strategy.Batch {
 		return strategy.Batch{Node: "n", Seq: seq, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, v)}}
 	}
@@ -143,7 +145,7 @@ func TestSeqComparesExactlyPast2To53(t *testing.T) {
 // Namespaces with braces, '%' and ':' keep to their own keys and slots.
 func TestNamespacesDoNotCollide(t *testing.T) {
 	s, _ := newStore(t, redis.Config{Shards: 2})
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	names := []string{"a", "a}", "{a", "{a}", "a%7D", "a%", "a:1", "a:1:2", "}", ""}
 	var diffs []strategy.Diff
 	for i, ns := range names {
@@ -179,7 +181,7 @@ func TestKeysAndExpiry(t *testing.T) {
 	ctx := context.Background()
 	now := time.Now()
 	size := time.Minute
-	start := strategy.WindowStart(now, size)
+	start := arith.WindowStart(now, size)
 	var diffs []strategy.Diff
 	for i := range 200 {
 		diffs = append(diffs, diff("api", fmt.Sprintf("user:%d", i), start, size, 1))
@@ -243,7 +245,7 @@ func scanKeys(t *testing.T, c *goredis.Client, match string) []string {
 func TestOneRoundTripPerCall(t *testing.T) {
 	s, c := newStore(t, redis.Config{})
 	ops := countOps(t, c)
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	var diffs []strategy.Diff
 	var keys []string
 	for i := range 500 {
@@ -279,7 +281,7 @@ func TestOneRoundTripPerCall(t *testing.T) {
 // Breaking out of GetCounters sends no further command.
 func TestGetCountersStopsWhenYieldReturnsFalse(t *testing.T) {
 	s, c := newStore(t, redis.Config{Shards: 1, ScanThreshold: 10, FieldsPerCommand: 10})
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	var diffs []strategy.Diff
 	for i := range 1000 {
 		diffs = append(diffs, diff("ns", fmt.Sprintf("key-%d", i), start, time.Minute, 1))
@@ -309,7 +311,7 @@ func TestNoScriptIsRecovered(t *testing.T) {
 	c := r.Client(t)
 	s := storeOn(t, c, r.Prefix, redis.Config{})
 	ctx := context.Background()
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	var diffs []strategy.Diff
 	for i := range 100 {
 		diffs = append(diffs, diff("ns", fmt.Sprintf("k%d", i), start, time.Minute, 1))
@@ -351,7 +353,7 @@ func TestCheckUsesTheNodesClock(t *testing.T) {
 	s, _ := newStore(t, redis.Config{})
 	ctx := context.Background()
 	size := 10 * time.Second
-	cur := strategy.WindowStart(base, size)
+	cur := arith.WindowStart(base, size)
 	mustPush(t, s, strategy.Batch{Node: "seed", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", cur.Add(-size), size, 10)}})
 	for i, tc := range []struct {
 		at      time.Duration // into the current window
@@ -386,7 +388,7 @@ func TestNewWhileRedisIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New while Redis is down: %v", err)
 	}
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}}
 	if err := s.PushDiffs(context.Background(), b); err == nil {
 		t.Fatal("PushDiffs while Redis is down: no error")
@@ -405,7 +407,7 @@ func TestCallsEndWithTheirContext(t *testing.T) {
 	r := testenv.PrivateRedis(t)
 	c := r.Client(t) // default options: the client does not watch contexts
 	s := storeOn(t, c, r.Prefix, redis.Config{Timeout: 300 * time.Millisecond})
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}}
 	if err := c.Ping(context.Background()).Err(); err != nil {
 		t.Fatal(err)
@@ -450,7 +452,7 @@ func TestFailedIncrementKeepsTheBatchOnce(t *testing.T) {
 	c := r.Client(t)
 	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
 	ctx := context.Background()
-	start := strategy.WindowStart(base, time.Minute)
+	start := arith.WindowStart(base, time.Minute)
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "bad", start, time.Minute, 1)}})
 	hashes := scanKeys(t, c, "{"+r.Prefix+":ns:0}:60000:*")
 	if len(hashes) != 1 {

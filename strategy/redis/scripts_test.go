@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -62,7 +64,7 @@ func TestScriptsMatchSequentialIncrements(t *testing.T) {
 	}
 
 	size := time.Minute
-	start := strategy.WindowStart(base, size)
+	start := arith.WindowStart(base, size)
 	seq := uint64(0)
 	for i, tc := range []struct {
 		name    string
@@ -249,7 +251,7 @@ func TestScriptCallsPerBatch(t *testing.T) {
 	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
 	ctx := context.Background()
 	size := time.Minute
-	start := strategy.WindowStart(base, size)
+	start := arith.WindowStart(base, size)
 	calls := func(t *testing.T, run func() error) map[string]int { return commandCalls(t, c, run) }
 	want := func(t *testing.T, got map[string]int, want map[string]int) {
 		t.Helper()
@@ -336,7 +338,7 @@ func TestCheckOfAFieldHoldingNoNumber(t *testing.T) {
 	s := storeOn(t, c, r.Prefix, redis.Config{Shards: 1})
 	ctx := context.Background()
 	size := time.Minute
-	start := strategy.WindowStart(base, size)
+	start := arith.WindowStart(base, size)
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "bad", start, size, 1)}})
 	if err := c.HSet(ctx, fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, size.Milliseconds(), start.UnixMilli()), "bad", "not a number").Err(); err != nil {
 		t.Fatal(err)
@@ -385,7 +387,7 @@ func TestCallsEndWithTheirContextBothWays(t *testing.T) {
 			c := goredis.NewClient(opt)
 			t.Cleanup(func() { _ = c.Close() })
 			s := storeOn(t, c, r.Prefix, redis.Config{Timeout: 300 * time.Millisecond})
-			start := strategy.WindowStart(base, time.Minute)
+			start := arith.WindowStart(base, time.Minute)
 			b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{diff("ns", "k", start, time.Minute, 1)}}
 			if err := c.Ping(context.Background()).Err(); err != nil {
 				t.Fatal(err)
@@ -426,7 +428,7 @@ func TestCallsEndWithTheirContextBothWays(t *testing.T) {
 }
 
 // The decision tests: Redis decides every check as the node does
-// (strategy.WindowFits, BucketLevel, BucketFits, BucketAdd), bit for bit.
+// (arith.WindowFits, Level, BucketFits, BucketAdd), bit for bit.
 // Each check's limit sits on the boundary of its decision or one ulp
 // either side, with counts, costs and rates that doubles hold inexactly.
 
@@ -490,7 +492,7 @@ func TestWindowDecisionsAreTheNodes(t *testing.T) {
 	checks := make([]strategy.Check, decisions)
 	for i := range checks {
 		size := time.Duration(sizes[b.rnd.IntN(len(sizes))]) * time.Millisecond
-		start := strategy.WindowStart(far, size)
+		start := arith.WindowStart(far, size)
 		key := fmt.Sprintf("w%d", i)
 		diffs = append(diffs, diff("ns", key, start.Add(-size), size, b.value(false)), diff("ns", key, start, size, b.value(false)))
 		now := start.Add(time.Duration(b.rnd.Int64N(size.Milliseconds())) * time.Millisecond)
@@ -501,7 +503,7 @@ func TestWindowDecisionsAreTheNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	elapsed := func(c strategy.Check) int64 {
-		return c.Now.UnixMilli() - strategy.WindowStart(c.Now, c.Limits[0].WindowSize).UnixMilli()
+		return c.Now.UnixMilli() - arith.WindowStart(c.Now, c.Limits[0].WindowSize).UnixMilli()
 	}
 	for i := range checks {
 		c, l := checks[i], &checks[i].Limits[0]
@@ -518,7 +520,7 @@ func TestWindowDecisionsAreTheNodes(t *testing.T) {
 	}
 	decide(t, s, checks, func(i int, r strategy.CheckResult) {
 		c, l, tot := checks[i], checks[i].Limits[0], totals[2*i+1]
-		if want := strategy.WindowFits(tot.Current, tot.Previous, c.Cost, l.Limit, l.WindowSize.Milliseconds(), elapsed(c), l.Fixed); r.Allowed != want {
+		if want := arith.WindowFits(tot.Current, tot.Previous, c.Cost, l.Limit, l.WindowSize.Milliseconds(), elapsed(c), l.Fixed); r.Allowed != want {
 			t.Errorf("check %d (%+v; current %v, previous %v): allowed %v, the node decides %v", i, c, tot.Current, tot.Previous, r.Allowed, want)
 		}
 	})
@@ -551,7 +553,7 @@ func TestBucketDecisionsAreTheNodes(t *testing.T) {
 	for i := range checks {
 		c, l := checks[i], &checks[i].Limits[0]
 		w := float64(l.WindowSize.Milliseconds())
-		l.Burst = b.near((strategy.BucketLevel(held[i], l.Limit, c.Now.UnixMilli()) + c.Cost*w) / w)
+		l.Burst = b.near((arith.Level(held[i].Level, held[i].At, l.Limit, c.Now.UnixMilli()) + c.Cost*w) / w)
 		if i >= decisions/2 {
 			checks[i].Limits = append(checks[i].Limits, strategy.CheckLimit{WindowSize: time.Minute, Limit: 1e300})
 		}
@@ -559,9 +561,9 @@ func TestBucketDecisionsAreTheNodes(t *testing.T) {
 	decide(t, s, checks, func(i int, r strategy.CheckResult) {
 		c, l, st := checks[i], checks[i].Limits[0], held[i]
 		now, w := c.Now.UnixMilli(), l.WindowSize.Milliseconds()
-		want, after := strategy.BucketFits(strategy.BucketLevel(st, l.Limit, now), c.Cost, l.Burst, w), st
+		want, after := arith.BucketFits(arith.Level(st.Level, st.At, l.Limit, now), c.Cost, l.Burst, w), st
 		if want && c.Cost > 0 {
-			after = strategy.BucketAdd(st, l.Limit, c.Cost, w, now)
+			after.Level, after.At = arith.BucketAdd(st.Level, st.At, l.Limit, c.Cost, w, now)
 		}
 		got := r.Buckets[0]
 		if r.Allowed != want || got.At != after.At || math.Float64bits(got.Level) != math.Float64bits(after.Level) {
@@ -582,7 +584,7 @@ func TestOneCheckIsCountedFirst(t *testing.T) {
 	ctx := context.Background()
 	size := time.Minute
 	now := base.Add(15 * time.Second) // the previous window weighs 0.75
-	start := strategy.WindowStart(now, size)
+	start := arith.WindowStart(now, size)
 	hash := fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, size.Milliseconds(), start.UnixMilli())
 	var diffs []strategy.Diff
 	for _, k := range []string{"new", "some", "zero", "bad"} {
@@ -660,7 +662,7 @@ func TestChecksOfEveryGroupKindDecideInOrder(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(3, 4))
 	size := time.Minute
 	now := base.Add(20 * time.Second) // the previous window weighs 2/3
-	start := strategy.WindowStart(now, size)
+	start := arith.WindowStart(now, size)
 	const nkeys = 24
 	cur, prev := map[string]float64{}, map[string]float64{}
 	var diffs []strategy.Diff
@@ -686,7 +688,7 @@ func TestChecksOfEveryGroupKindDecideInOrder(t *testing.T) {
 		var want []strategy.CheckResult
 		for _, c := range checks {
 			l := c.Limits[0]
-			ok := strategy.WindowFits(cur[c.Key], prev[c.Key], c.Cost, l.Limit, size.Milliseconds(), now.Sub(start).Milliseconds(), l.Fixed)
+			ok := arith.WindowFits(cur[c.Key], prev[c.Key], c.Cost, l.Limit, size.Milliseconds(), now.Sub(start).Milliseconds(), l.Fixed)
 			if ok {
 				cur[c.Key] += c.Cost
 			}

@@ -33,7 +33,7 @@
 // set of its entries, one member "at:cost" per millisecond that holds
 // hits (score at; the hits of one millisecond are merged into one member),
 // and a string "newest sum", the newest entry's instant and the sum of the
-// entries' costs, kept as strategy.Log keeps Sum so that every decision is
+// entries' costs, kept as arith.Log keeps Sum so that every decision is
 // the memory store's, bit for bit. A check trims the entries that stopped
 // weighing (ZRANGEBYSCORE and ZREMRANGEBYSCORE up to now - window: each
 // entry is read and removed once) and adds its hit at its millisecond, so

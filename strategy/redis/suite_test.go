@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	"testing"
 
 	"github.com/ratesync/ratesync/internal/strategytest"
@@ -42,7 +44,7 @@ func TestContractCluster(t *testing.T) {
 	t.Run("NOSCRIPT on every node", func(t *testing.T) {
 		s := storeOn(t, c, testenv.Name("t"), redis.Config{})
 		ctx := context.Background()
-		start := strategy.WindowStart(base, time.Minute)
+		start := arith.WindowStart(base, time.Minute)
 		var diffs []strategy.Diff
 		for i := range 200 {
 			diffs = append(diffs, diff("ns", fmt.Sprintf("k%d", i), start, time.Minute, 1))

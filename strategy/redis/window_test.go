@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/arith"
+
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratesync/ratesync/internal/testenv"
@@ -41,7 +43,7 @@ func TestSpanKeepsTheWindowHash(t *testing.T) {
 	ctx := context.Background()
 	size, span := time.Second, time.Minute
 	now := time.Now()
-	start := strategy.WindowStart(now, size)
+	start := arith.WindowStart(now, size)
 	hash := fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, size.Milliseconds(), start.UnixMilli())
 	until := func(end time.Time) time.Duration { return end.Sub(now) }
 
@@ -83,14 +85,14 @@ func TestGetCountersReadsTheDepthOfEachSize(t *testing.T) {
 	s, _ := newStore(t, redis.Config{ScanThreshold: 2, FieldsPerCommand: 1})
 	ctx := context.Background()
 	p := time.Second
-	start := strategy.WindowStart(base, p)
+	start := arith.WindowStart(base, p)
 	var diffs []strategy.Diff
 	for back := range 6 {
 		for _, k := range []string{"a", "b", "c"} {
 			diffs = append(diffs, diff("ns", k, start.Add(-time.Duration(back)*p), p, float64(back+1)))
 		}
 	}
-	diffs = append(diffs, diff("ns", "a", strategy.WindowStart(base, time.Minute), time.Minute, 9))
+	diffs = append(diffs, diff("ns", "a", arith.WindowStart(base, time.Minute), time.Minute, 9))
 	mustPush(t, s, strategy.Batch{Node: "n", Seq: 1, Diffs: diffs})
 	for _, tc := range []struct {
 		name  string
@@ -141,7 +143,7 @@ func TestPrecisionWindowTTL(t *testing.T) {
 	ctx := context.Background()
 	p, w := time.Second, time.Minute
 	now := time.Now()
-	start := strategy.WindowStart(now, p)
+	start := arith.WindowStart(now, p)
 	hash := func(start time.Time) string {
 		return fmt.Sprintf("{%s:ns:0}:%d:%d", r.Prefix, p.Milliseconds(), start.UnixMilli())
 	}
@@ -164,7 +166,7 @@ func TestPrecisionWindowTTL(t *testing.T) {
 	}
 }
 
-// Redis decides every precision limit as the node does (strategy.SpanFits
+// Redis decides every precision limit as the node does (arith.SpanFits
 // over the counts Redis holds), bit for bit, at the boundary of its
 // decision or one ulp either side; a plain limit of the sub-window size in
 // the same check shares its count.
@@ -183,7 +185,7 @@ func TestPrecisionDecisionsAreTheNodes(t *testing.T) {
 	for i := range checks {
 		p := time.Duration(subs[b.rnd.IntN(len(subs))]) * time.Millisecond
 		d := depths[b.rnd.IntN(len(depths))]
-		start := strategy.WindowStart(far, p)
+		start := arith.WindowStart(far, p)
 		key := fmt.Sprintf("p%d", i)
 		for back := range d + 1 { // one more, out of the span
 			diffs = append(diffs, diff("ns", key, start.Add(-time.Duration(back)*p), p, b.value(true)))
@@ -206,7 +208,7 @@ func TestPrecisionDecisionsAreTheNodes(t *testing.T) {
 	}
 	counts := func(c strategy.Check) []float64 {
 		l := c.Limits[0]
-		start := strategy.WindowStart(c.Now, l.Precision)
+		start := arith.WindowStart(c.Now, l.Precision)
 		out := make([]float64, l.Depth())
 		for back := range out {
 			out[back] = held[counter{c.Key, start.Add(-time.Duration(back) * l.Precision).UnixMilli()}]
@@ -214,11 +216,11 @@ func TestPrecisionDecisionsAreTheNodes(t *testing.T) {
 		return out
 	}
 	elapsed := func(c strategy.Check) int64 {
-		return c.Now.UnixMilli() - strategy.WindowStart(c.Now, c.Limits[0].Precision).UnixMilli()
+		return c.Now.UnixMilli() - arith.WindowStart(c.Now, c.Limits[0].Precision).UnixMilli()
 	}
 	for i := range checks {
 		c, l := checks[i], &checks[i].Limits[0]
-		cur, oldest := strategy.SpanParts(counts(c))
+		cur, oldest := arith.SpanParts(counts(c))
 		size := float64(l.Precision.Milliseconds())
 		l.Limit = b.near(((cur+c.Cost)*size + oldest*(size-float64(elapsed(c)))) / size)
 		if i >= decisions/2 {
@@ -228,7 +230,7 @@ func TestPrecisionDecisionsAreTheNodes(t *testing.T) {
 	decide(t, s, checks, func(i int, r strategy.CheckResult) {
 		c, l := checks[i], checks[i].Limits[0]
 		n := counts(c)
-		want := strategy.SpanFits(n, c.Cost, l.Limit, l.Precision.Milliseconds(), elapsed(c))
+		want := arith.SpanFits(n, c.Cost, l.Limit, l.Precision.Milliseconds(), elapsed(c))
 		if r.Allowed != want {
 			t.Errorf("check %d (%+v; counts %v): allowed %v, the node decides %v", i, c, n, r.Allowed, want)
 		}

@@ -1,17 +1,17 @@
-package strategy_test
+package arith_test
 
 import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/internal/arith"
 )
 
 // A log keeps its entries sorted, merged per millisecond, with Sum their
 // total, through any mix of adds (in order or not) and trims.
 func TestLogKeepsItsEntries(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	var l strategy.Log
+	var l arith.Log
 	want := map[int64]float64{}
 	now := int64(1000)
 	for step := range 20000 {
