@@ -20,33 +20,33 @@ import (
 	"time"
 )
 
-// MaxMs is the most milliseconds a time.Duration holds.
-const MaxMs = math.MaxInt64 / int64(time.Millisecond)
+// maxMs is the most milliseconds a time.Duration holds.
+const maxMs = math.MaxInt64 / int64(time.Millisecond)
 
 // Ms returns v milliseconds as a Duration, saturated at the longest one.
 func Ms(v int64) time.Duration {
-	if v >= MaxMs {
+	if v >= maxMs {
 		return math.MaxInt64
 	}
 	return time.Duration(v) * time.Millisecond
 }
 
-// MsGuess returns ceil(v) as whole milliseconds, within [0, MaxMs].
-func MsGuess(v float64) int64 {
+// msGuess returns ceil(v) as whole milliseconds, within [0, maxMs].
+func msGuess(v float64) int64 {
 	switch {
 	case !(v > 0): // NaN too
 		return 0
-	case v >= float64(MaxMs):
-		return MaxMs
+	case v >= float64(maxMs):
+		return maxMs
 	}
 	return int64(math.Ceil(v))
 }
 
-// FirstMs returns the least d in [0, MaxMs] such that ok(now + d), where
-// ok never turns false again as time passes (MaxMs when it never holds
+// firstMs returns the least d in [0, maxMs] such that ok(now + d), where
+// ok never turns false again as time passes (maxMs when it never holds
 // that soon); guess is close to it.
-func FirstMs(now int64, ok func(int64) bool, guess int64) int64 {
-	d := min(max(0, guess), MaxMs)
+func firstMs(now int64, ok func(int64) bool, guess int64) int64 {
+	d := min(max(0, guess), maxMs)
 	for i := 0; i < 64 && d > 0 && ok(now+d-1); i++ {
 		d--
 	}
@@ -63,8 +63,8 @@ func FirstMs(now int64, ok func(int64) bool, guess int64) int64 {
 	}
 	for step := int64(1); !ok(now + d); step *= 2 { // far above: gallop, then search back
 		lo := d
-		if d >= MaxMs-step {
-			return MaxMs
+		if d >= maxMs-step {
+			return maxMs
 		}
 		d += step
 		if ok(now + d) {

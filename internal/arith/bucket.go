@@ -72,19 +72,19 @@ func (b *Bucket) Fits(t int64, cost, burst float64) bool {
 // EmptyIn returns the least d at which b, at level lvl at now, is empty:
 // Level(now + d) == 0.
 func (b *Bucket) EmptyIn(now int64, lvl float64) int64 {
-	d := MsGuess(lvl / b.Rate)
+	d := msGuess(lvl / b.Rate)
 	if d > 0 && b.Level(now+d-1) == 0 {
-		return FirstMs(now, func(t int64) bool { return b.Level(t) == 0 }, d)
+		return firstMs(now, func(t int64) bool { return b.Level(t) == 0 }, d)
 	}
 	if b.Level(now+d) == 0 {
 		return d
 	}
-	return FirstMs(now, func(t int64) bool { return b.Level(t) == 0 }, d)
+	return firstMs(now, func(t int64) bool { return b.Level(t) == 0 }, d)
 }
 
 // Retry returns the least whole ms d at which a request of cost fits b
 // under capacity burst, at now + d, if no more hits come.
 func (b *Bucket) Retry(now int64, cost, burst float64) int64 {
 	need := b.Level(now) + cost*float64(b.Window) - burst*float64(b.Window)
-	return FirstMs(now, func(t int64) bool { return b.Fits(t, cost, burst) }, MsGuess(need/b.Rate))
+	return firstMs(now, func(t int64) bool { return b.Fits(t, cost, burst) }, msGuess(need/b.Rate))
 }

@@ -6,9 +6,9 @@ import "time"
 // instant t starts at floor(t / s) * s, so every node puts a hit in the
 // same window without talking to the others.
 
-// Start returns the start of the window of size ms holding instant now ms
+// start returns the start of the window of size ms holding instant now ms
 // (floor division, so instants before the epoch align too).
-func Start(now, size int64) int64 {
+func start(now, size int64) int64 {
 	q := now / size
 	if now%size != 0 && now < 0 {
 		q--
@@ -19,7 +19,7 @@ func Start(now, size int64) int64 {
 // WindowStart returns the start of the window of size holding t, at
 // millisecond resolution.
 func WindowStart(t time.Time, size time.Duration) time.Time {
-	return time.UnixMilli(Start(t.UnixMilli(), size.Milliseconds()))
+	return time.UnixMilli(start(t.UnixMilli(), size.Milliseconds()))
 }
 
 // Weight returns the share of the previous window still inside a sliding
@@ -53,8 +53,8 @@ type Window struct {
 	Size, Elapsed int64
 }
 
-// Fits is WindowFits of w.
-func (w *Window) Fits(cost, limit float64, fixed bool) bool {
+// fits is WindowFits of w.
+func (w *Window) fits(cost, limit float64, fixed bool) bool {
 	return WindowFits(w.Cur, w.Prev, cost, limit, w.Size, w.Elapsed, fixed)
 }
 
@@ -71,10 +71,10 @@ func (w *Window) Rate(fixed bool) float64 {
 func (w *Window) Remaining(limit, n0 float64, fixed bool) float64 {
 	// WholeFit's search, written out: this is every window decision's path.
 	n := max(0, n0)
-	for i := 0; i < 64 && n > 0 && !w.Fits(n, limit, fixed); i++ {
+	for i := 0; i < 64 && n > 0 && !w.fits(n, limit, fixed); i++ {
 		n--
 	}
-	for i := 0; i < 64 && n+1 != n && w.Fits(n+1, limit, fixed); i++ {
+	for i := 0; i < 64 && n+1 != n && w.fits(n+1, limit, fixed); i++ {
 		n++
 	}
 	return n
