@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/ratesync/ratesync/internal/arith"
 )
 
 // dirtyShards is the number of dirty lists of a series; a counter is listed
@@ -118,7 +120,7 @@ func (s *Series) Closed() bool { return s.closed.Load() }
 
 // StartOf returns the start of the window that holds the instant now (Unix
 // milliseconds): windows are aligned to the Unix epoch.
-func (s *Series) StartOf(now int64) int64 { return floorDiv(now, s.size) * s.size }
+func (s *Series) StartOf(now int64) int64 { return arith.Start(now, s.size) }
 
 // Current returns the window holding the instant now, creating it when needed.
 func (s *Series) Current(now int64) *Window {
@@ -324,12 +326,4 @@ func (s *Series) Dirty() int {
 		sh.mu.Unlock()
 	}
 	return n
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q--
-	}
-	return q
 }

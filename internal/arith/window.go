@@ -6,9 +6,9 @@ import "time"
 // instant t starts at floor(t / s) * s, so every node puts a hit in the
 // same window without talking to the others.
 
-// start returns the start of the window of size ms holding instant now ms
+// Start returns the Start of the window of size ms holding instant now ms
 // (floor division, so instants before the epoch align too).
-func start(now, size int64) int64 {
+func Start(now, size int64) int64 {
 	q := now / size
 	if now%size != 0 && now < 0 {
 		q--
@@ -19,7 +19,7 @@ func start(now, size int64) int64 {
 // WindowStart returns the start of the window of size holding t, at
 // millisecond resolution.
 func WindowStart(t time.Time, size time.Duration) time.Time {
-	return time.UnixMilli(start(t.UnixMilli(), size.Milliseconds()))
+	return time.UnixMilli(Start(t.UnixMilli(), size.Milliseconds()))
 }
 
 // Weight returns the share of the previous window still inside a sliding
