@@ -10,6 +10,11 @@ import (
 // executor read and left, computed with internal/arith, the arithmetic
 // every store computes too, so a node and its store decide alike.
 
+// The span functions of arith hold MaxPrecisionWindows + 1 sub-windows: a
+// difference between the two bounds fails to compile (a negative constant
+// converted to uint).
+const _ = uint(arith.MaxSpan-MaxPrecisionWindows) + uint(MaxPrecisionWindows-arith.MaxSpan)
+
 // windowLimitState writes a window limit's LimitState into out, which must
 // be zero, from its state after the decision; before is the current count
 // before it.

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratesync/ratesync/internal/arith"
 	"github.com/ratesync/ratesync/namespace"
 )
 
@@ -64,7 +63,7 @@ const MaxLogLimit = 10_000
 // MaxPrecisionWindows is the most sub-windows a SlidingWindow with
 // Precision slides over: Window / Precision is at most this. A decision
 // reads Window / Precision + 1 counters.
-const MaxPrecisionWindows = arith.MaxSpan
+const MaxPrecisionWindows = 60
 
 // Limit is one limit a request is checked against.
 type Limit struct {
