@@ -45,7 +45,7 @@ func main() {
 	}
 }
 
-// The node's server settings (cmd/node/node.go): its API server's
+// The node's server settings (internal/node/node.go): its API server's
 // timeouts, and the gateway's, whose reads and writes are bounded by the
 // upstream exchange (connect_timeout + 2 × timeout, at their defaults).
 const (
@@ -110,7 +110,7 @@ func run(ctx context.Context, args []string, logw io.Writer) error {
 }
 
 // checkBody has the fields of the node's /v1/check body, as the floor of
-// cmd/node's in-process benchmarks (floorHandler) decodes them.
+// internal/node's in-process benchmarks (floorHandler) decodes them.
 type checkBody struct {
 	Namespace string  `json:"namespace"`
 	Key       string  `json:"key"`
@@ -148,7 +148,7 @@ var answer = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(upAnswer)
 })
 
-// proxy is the node's gateway proxy (cmd/node/gateway.go newProxy) at the
+// proxy is the node's gateway proxy (internal/node/gateway.go newProxy) at the
 // gateway's default timeouts, without its routes and policies.
 func proxy(upstream *url.URL) *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratesync/ratesync/internal/arith"
 
+	"github.com/ratesync/ratesync/internal/node/config"
 	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/strategy/redis"
 )
@@ -164,7 +165,7 @@ namespaces:
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := startNode(t, bin, []string{EnvRedisURL + "=" + r.URL}, "-config", cfgFile, "-listen", "127.0.0.1:0")
+	p := startNode(t, bin, []string{config.EnvRedisURL + "=" + r.URL}, "-config", cfgFile, "-listen", "127.0.0.1:0")
 
 	start := time.Now()
 	const keys, rounds = 5, 40
@@ -249,12 +250,12 @@ func TestEndToEndSynchronousSlidingLog(t *testing.T) {
 		name string
 		env  func(t *testing.T) (string, string) // the namespace's store lines, an environment variable
 	}{
-		{StrategyRedis, func(t *testing.T) (string, string) {
+		{config.StrategyRedis, func(t *testing.T) (string, string) {
 			r := testenv.NewRedis(t)
-			return fmt.Sprintf("strategy: redis\n    redis: {prefix: %s}", r.Prefix), EnvRedisURL + "=" + r.URL
+			return fmt.Sprintf("strategy: redis\n    redis: {prefix: %s}", r.Prefix), config.EnvRedisURL + "=" + r.URL
 		}},
-		{StrategyPostgres, func(t *testing.T) (string, string) {
-			return "strategy: postgres", EnvPostgresURL + "=" + testenv.NewPostgres(t).URL
+		{config.StrategyPostgres, func(t *testing.T) (string, string) {
+			return "strategy: postgres", config.EnvPostgresURL + "=" + testenv.NewPostgres(t).URL
 		}},
 	}
 	for _, st := range stores {

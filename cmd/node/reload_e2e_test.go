@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/internal/node/config"
 	"github.com/ratesync/ratesync/internal/testenv"
 )
 
@@ -38,7 +39,7 @@ rls:
   strategy: redis
   sync_rate: 0s
   redis: {prefix: %s}
-`, r.Prefix), EnvRedisURL+"="+r.URL)
+`, r.Prefix), config.EnvRedisURL+"="+r.URL)
 	awayFromHourEnd(t)
 	hit := func(limit, remaining uint32) {
 		t.Helper()

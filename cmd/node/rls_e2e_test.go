@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratesync/ratesync/internal/node/config"
 	"github.com/ratesync/ratesync/internal/testenv"
 )
 
@@ -178,7 +179,7 @@ func awayFromHourEnd(t *testing.T) {
 
 func TestRLSCompatibility(t *testing.T) {
 	bin := buildNode(t)
-	for _, store := range []string{StrategyRedis, StrategyPostgres} {
+	for _, store := range []string{config.StrategyRedis, config.StrategyPostgres} {
 		t.Run(store, func(t *testing.T) { testRLSCompatibility(t, bin, store) })
 	}
 }
@@ -193,13 +194,13 @@ func testRLSCompatibility(t *testing.T, bin, store string) {
 	}
 	var node, env string
 	switch store {
-	case StrategyRedis:
+	case config.StrategyRedis:
 		r := testenv.NewRedis(t)
 		node = fmt.Sprintf("rls:\n  config: rls\n  strategy: redis\n  sync_rate: 0s\n  redis: {prefix: %s}\n", r.Prefix)
-		env = EnvRedisURL + "=" + r.URL
-	case StrategyPostgres:
+		env = config.EnvRedisURL + "=" + r.URL
+	case config.StrategyPostgres:
 		node = "rls:\n  config: rls\n  strategy: postgres\n  sync_rate: 0s\n"
-		env = EnvPostgresURL + "=" + testenv.NewPostgres(t).URL
+		env = config.EnvPostgresURL + "=" + testenv.NewPostgres(t).URL
 	}
 	a := startRLSNode(t, bin, dir, node, env)
 	b := startRLSNode(t, bin, dir, node, env)

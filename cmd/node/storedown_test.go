@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -20,8 +18,7 @@ import (
 
 	"github.com/ratesync/ratesync/internal/arith"
 
-	"github.com/jackc/pgx/v5/tracelog"
-
+	"github.com/ratesync/ratesync/internal/node/config"
 	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/strategy/postgres"
 )
@@ -188,7 +185,7 @@ func TestPostgresDownAtStart(t *testing.T) {
 	dbURL := u.String()
 	pg.Stop(t)
 	bin := buildNode(t)
-	env := []string{EnvPostgresURL + "=" + dbURL}
+	env := []string{config.EnvPostgresURL + "=" + dbURL}
 	const nsYAML = `
 namespaces:
   - name: pg
@@ -198,7 +195,7 @@ namespaces:
 `
 	node := startNode(t, bin, env, "-config", writeConfig(t, nsYAML), "-listen", "127.0.0.1:0")
 	code, body := get(t, node.url+"/readyz")
-	if want := "store postgres at " + maskURL(dbURL) + " unreachable: "; code != 503 || !strings.Contains(body, want) {
+	if want := "store postgres at " + config.MaskURL(dbURL) + " unreachable: "; code != 503 || !strings.Contains(body, want) {
 		t.Fatalf("readyz with the server down: %d %s, want 503 with %q", code, body, want)
 	}
 	start := time.Now()
@@ -249,7 +246,7 @@ namespaces:
 		if code := node.stop(t, syscall.SIGTERM); code != 0 {
 			t.Errorf("exit code %d after SIGTERM", code)
 		}
-		if !strings.Contains(node.log(), `"msg":"store ready","namespace":"pg","strategy":"postgres","url":"`+maskURL(dbURL)+`"`) {
+		if !strings.Contains(node.log(), `"msg":"store ready","namespace":"pg","strategy":"postgres","url":"`+config.MaskURL(dbURL)+`"`) {
 			t.Errorf("no store ready line:\n%s", node.log())
 		}
 	})
@@ -266,7 +263,7 @@ namespaces:
 		}
 		lines := parseLog(t, "json", string(out))
 		last := lines[len(lines)-1]
-		want := `require_stores: namespace "pg": strategy postgres at ` + maskURL(dbURL) + `: the store does not answer: `
+		want := `require_stores: namespace "pg": strategy postgres at ` + config.MaskURL(dbURL) + `: the store does not answer: `
 		if e, _ := last.attrs["err"].(string); last.msg != "ratesync node cannot start" || !strings.HasPrefix(e, want) {
 			t.Errorf("last line %s, want an error starting %q", last.text, want)
 		}
@@ -289,27 +286,4 @@ func windowStarts(from, to time.Time, size time.Duration) []time.Time {
 		out = append(out, s)
 	}
 	return out
-}
-
-// pgx's lines keep the failure and leave the statement and its arguments
-// (keys, whole batches) out; a statement its caller canceled is DEBUG.
-func TestPgxLinesLeaveStatementsOut(t *testing.T) {
-	var buf bytes.Buffer
-	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	ctx := context.Background()
-	pgxLog(ctx, log, tracelog.LogLevelError, "Query", map[string]any{
-		"sql": "SELECT $1", "args": []any{"user:42"}, "err": errors.New("boom"), "duration": 1500 * time.Microsecond, "pid": uint32(7)})
-	pgxLog(ctx, log, tracelog.LogLevelError, "Query", map[string]any{"sql": "SELECT 1", "err": fmt.Errorf("wrapped: %w", context.Canceled)})
-	lines := parseLog(t, "json", buf.String())
-	if len(lines) != 2 {
-		t.Fatalf("%d lines, want 2:\n%s", len(lines), buf.String())
-	}
-	first, second := lines[0], lines[1]
-	if first.level != "WARN" || first.msg != "postgres client: query failed" || first.attrs["err"] != "boom" ||
-		first.attrs["duration"] != "1.5ms" || first.attrs["pid"] != 7.0 || strings.Contains(first.text, "SELECT") || strings.Contains(first.text, "user:42") {
-		t.Errorf("line %s", first.text)
-	}
-	if second.level != "DEBUG" || strings.Contains(second.text, "SELECT") {
-		t.Errorf("a canceled statement: %s", second.text)
-	}
 }

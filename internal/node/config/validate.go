@@ -1,0 +1,656 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratesync/ratesync/middleware"
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/rls"
+	"github.com/ratesync/ratesync/shm"
+	"github.com/ratesync/ratesync/strategy"
+)
+
+// applyDefaults fills in what the file left out, secrets from the
+// environment included: the effective configuration shows the values in
+// force. set reports whether the file gives a field (by path) a value; a
+// value the file gives is kept, and validated, even when it is zero.
+func (c *Config) applyDefaults(getenv func(string) string, set func(path string) bool) {
+	c.Node.applyDefaults(getenv, set)
+	if c.Headers.Families == nil {
+		c.Headers.Families = []string{"ratelimit", "x-ratelimit"}
+	}
+	if len(c.Namespaces) == 0 {
+		c.Namespaces = []NamespaceConfig{{Name: "default"}}
+	}
+	capacity := map[string]int{} // of each dict: validate refuses two different ones
+	for i := range c.Namespaces {
+		ns := &c.Namespaces[i]
+		ns.applyDefaults(getenv, func(field string) bool { return set(fmt.Sprintf("namespaces[%d].%s", i, field)) })
+		if ns.DictCapacity != 0 {
+			capacity[ns.Dict] = ns.DictCapacity
+		}
+	}
+	if r := c.RLS; r != nil {
+		ns := r.applyDefaults(getenv, set)
+		if ns.DictCapacity > 0 { // a bad one is reported on the rls section alone
+			capacity[ns.Dict] = ns.DictCapacity
+		}
+		c.Namespaces = append(c.Namespaces, ns)
+	}
+	for i := range c.Namespaces {
+		ns := &c.Namespaces[i]
+		if ns.DictCapacity == 0 {
+			ns.DictCapacity = cmp.Or(capacity[ns.Dict], shm.DefaultCapacity)
+		}
+	}
+	if c.RLS != nil {
+		c.RLS.DictCapacity = c.Namespaces[len(c.Namespaces)-1].DictCapacity
+	}
+	for i := range c.Policies {
+		c.Policies[i].applyDefaults(func(field string) bool { return set(fmt.Sprintf("policies[%d].%s", i, field)) })
+	}
+	if g := c.Gateway; g != nil {
+		g.Listen = cmp.Or(g.Listen, DefaultGatewayListen)
+		if !set("gateway.timeout") {
+			g.Timeout = Duration(DefaultGatewayTimeout)
+		}
+		if !set("gateway.connect_timeout") {
+			g.ConnectTimeout = Duration(DefaultConnectTimeout)
+		}
+	}
+}
+
+// applyDefaults fills in the rls section and returns the namespace it
+// counts in.
+func (r *RLSConfig) applyDefaults(getenv func(string) string, set func(path string) bool) NamespaceConfig {
+	r.Listen = cmp.Or(r.Listen, DefaultRLSListen)
+	ns := NamespaceConfig{
+		Name: RLSNamespace, Strategy: r.Strategy, URL: r.URL, SyncRate: r.SyncRate, Clock: r.Clock,
+		Dict: r.Dict, DictCapacity: r.DictCapacity, Timeout: r.Timeout, Redis: r.Redis, Postgres: r.Postgres,
+	}
+	for _, d := range rls.Units() {
+		ns.WindowSizes = append(ns.WindowSizes, Duration(d))
+	}
+	ns.applyDefaults(getenv, func(field string) bool { return set("rls." + field) })
+	r.Strategy, r.URL, r.SyncRate, r.Clock, r.Dict, r.Redis, r.Postgres = ns.Strategy, ns.URL, ns.SyncRate, ns.Clock, ns.Dict, ns.Redis, ns.Postgres
+	return ns
+}
+
+func (n *NodeConfig) applyDefaults(getenv func(string) string, set func(path string) bool) {
+	if n.ID == "" {
+		n.ID, _ = os.Hostname()
+		n.ID = cmp.Or(n.ID, "node")
+	}
+	n.Listen = cmp.Or(n.Listen, DefaultListen)
+	switch {
+	case n.AdminToken != "":
+		n.AdminTokenFrom = "file"
+	case getenv(EnvAdminToken) != "":
+		n.AdminToken, n.AdminTokenFrom = getenv(EnvAdminToken), EnvAdminToken
+	}
+	n.LogFormat = cmp.Or(n.LogFormat, "text")
+	n.LogLevel = cmp.Or(n.LogLevel, "info")
+	if !set("node.shutdown_timeout") {
+		n.ShutdownTimeout = Duration(DefaultShutdownTimeout)
+	}
+	if !set("node.max_body_bytes") {
+		n.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if !set("node.max_key_bytes") {
+		n.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	if !set("node.gc_heap_floor") {
+		n.GCHeapFloor = DefaultGCHeapFloor
+	}
+}
+
+func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(field string) bool) {
+	ns.Strategy = cmp.Or(ns.Strategy, StrategyLocal)
+	switch {
+	case ns.Strategy == StrategyLocal:
+		ns.SyncRate = Duration(namespace.LocalOnly)
+	case !set("sync_rate"):
+		ns.SyncRate = Duration(DefaultSyncRate)
+	}
+	if ns.Strategy != StrategyLocal && !set("timeout") {
+		ns.Timeout = Duration(DefaultCallTimeout)
+	}
+	if ns.WindowSizes == nil {
+		ns.WindowSizes = slices.Clone(DefaultWindowSizes)
+	}
+	ns.Dict = cmp.Or(ns.Dict, namespace.DefaultDict)
+	if ns.Clock == "" {
+		ns.Clock = ClockStore
+		if ns.Strategy == StrategyLocal {
+			ns.Clock = ClockNode // no store to take the time of
+		}
+	}
+	env := map[string]string{StrategyRedis: EnvRedisURL, StrategyPostgres: EnvPostgresURL}[ns.Strategy]
+	switch {
+	case ns.URL != "":
+		ns.URLFrom = "file"
+	case env != "" && getenv(env) != "":
+		ns.URL, ns.URLFrom = getenv(env), env
+	}
+	storeDefaults(ns)
+}
+
+func (p *PolicyConfig) applyDefaults(set func(field string) bool) {
+	p.Namespace = cmp.Or(p.Namespace, namespace.DefaultName)
+	if !set("cost") {
+		p.Cost = 1
+	}
+	if len(p.Key) == 0 {
+		p.Key = stringList{"ip"}
+	}
+	p.MissingKey = cmp.Or(p.MissingKey, "ip")
+	p.OnStoreDown = cmp.Or(p.OnStoreDown, "local")
+	p.ErrorMessage = cmp.Or(p.ErrorMessage, middleware.DefaultDeniedMessage)
+	for i := range p.Limits {
+		if alg, ok := ParseLimitType(p.Limits[i].Type); ok {
+			p.Limits[i].Type = LimitType(ratelimiting.Limit{Algorithm: alg})
+		}
+	}
+}
+
+// fillBursts sets the burst a bucket leaves out (or sets to 0) to its
+// limit: the capacity in force, shown in the effective configuration.
+// After validation, whose errors speak of the fields as the file gives them.
+func (p *PolicyConfig) fillBursts() {
+	for i := range p.Limits {
+		if l := &p.Limits[i]; IsBucket(l.Type) && l.Burst == 0 {
+			l.Burst = l.Limit
+		}
+	}
+}
+
+// validate checks the configuration, defaults applied, and reports every
+// error with the file, line and field. The rules of a namespace are
+// namespace.Config.Validate's, those of a store its Config's Validate,
+// those of a policy middleware.Policy.Validate's; the node's own are about
+// its file: required fields, references between sections, its listeners
+// and the values its API accepts.
+func (s *source) validate(c *Config) error {
+	s.checkNode(&c.Node)
+	nss := map[string]namespace.Config{}
+	for i := range c.Namespaces {
+		ns := &c.Namespaces[i]
+		path := c.namespacePath(i)
+		switch _, dup := nss[ns.Name]; {
+		case path != "rls" && c.RLS != nil && ns.Name == RLSNamespace:
+			s.reportValue(path+".name", ns.Name, "the rls section counts in a namespace of this name: choose another")
+		case dup && ns.Name != "" && path != "rls": // a namespace named rls is reported above
+			s.reportValue(path+".name", ns.Name, "another namespace has this name")
+		}
+		nss[ns.Name] = s.checkNamespace(path, ns)
+	}
+	s.checkDictCapacities(c)
+	var consumer string
+	if c.Gateway != nil {
+		consumer = c.Gateway.ConsumerHeader
+		s.checkGateway(c.Gateway, c.Node.Listen)
+	}
+	names := map[string]bool{}
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		path := fmt.Sprintf("policies[%d]", i)
+		if names[p.Name] {
+			s.reportValue(path+".name", p.Name, "another policy has this name")
+		}
+		names[p.Name] = true
+		s.checkPolicy(path, p, nss, nsNames(c), consumer)
+	}
+	if c.RLS != nil {
+		gw := ""
+		if c.Gateway != nil {
+			gw = c.Gateway.Listen
+		}
+		s.checkRLS(c.RLS, nss[RLSNamespace], c.Node.Listen, gw)
+	}
+	if c.Gateway != nil {
+		for i, r := range c.Gateway.Routes {
+			if r.Policy != "" && !names[r.Policy] {
+				s.reportValue(fmt.Sprintf("gateway.routes[%d].policy", i), r.Policy, "no such policy")
+			}
+		}
+	}
+	return errors.Join(s.errs...)
+}
+
+// checkDictCapacities refuses two namespaces on one dict that set
+// different capacities: a dict has one, and each namespace shows it.
+func (s *source) checkDictCapacities(c *Config) {
+	nss := c.Namespaces
+	first := map[string]int{} // dict: index of the first namespace setting its capacity
+	for i, ns := range nss {
+		path := c.namespacePath(i) + ".dict_capacity"
+		if !s.set(path) || ns.DictCapacity <= 0 {
+			continue
+		}
+		j, ok := first[ns.Dict]
+		if !ok {
+			first[ns.Dict] = i
+			continue
+		}
+		if other := nss[j]; other.DictCapacity != ns.DictCapacity {
+			s.bad(path, "", fmt.Sprintf("namespace %q (line %d) sets dict %q to %d; namespaces on one dict must set the same capacity, or leave it out",
+				other.Name, s.line(c.namespacePath(j)+".dict_capacity"), ns.Dict, other.DictCapacity))
+		}
+	}
+}
+
+// namespacePath is the path of namespace i in the file: "rls" for the
+// rls section's, which applyDefaults appends.
+func (c *Config) namespacePath(i int) string {
+	if c.RLS != nil && i == len(c.Namespaces)-1 {
+		return "rls"
+	}
+	return fmt.Sprintf("namespaces[%d]", i)
+}
+
+// checkRLS checks the rls section: its listener, and its configuration
+// files, loaded with upstream's rules (errors name file:line) and their
+// extension rules checked against the namespace they count in.
+func (s *source) checkRLS(r *RLSConfig, ns namespace.Config, nodeListen, gwListen string) {
+	switch err := checkHostPort(r.Listen); {
+	case err != nil:
+		s.reportValue("rls.listen", r.Listen, err.Error())
+	case sameListen(r.Listen, nodeListen) || sameListen(r.Listen, gwListen):
+		s.reportValue("rls.listen", r.Listen, "must differ from node.listen and gateway.listen")
+	}
+	if r.Config == "" {
+		s.report("rls.config", "required: a file, or a directory of envoyproxy/ratelimit configuration files")
+		return
+	}
+	r.Path = r.Config
+	if !filepath.IsAbs(r.Path) && s.file != "" {
+		r.Path = filepath.Join(filepath.Dir(s.file), r.Path)
+	}
+	rules, err := LoadRLS(r.Path, ns)
+	if err != nil {
+		s.reportAs("rls.config", "rls.config", strconv.Quote(r.Config)+": "+err.Error())
+		return
+	}
+	r.Rules = rules
+}
+
+// LoadRLS loads the rls configuration at path and checks its extension
+// rules against ns, the namespace they count in, with
+// middleware.Policy.Validate: an error names the rule's file:line.
+func LoadRLS(path string, ns namespace.Config) (*rls.Config, error) {
+	rules, err := rls.LoadPath(path)
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	list, limits := rules.Limits()
+	for i, l := range limits {
+		for _, err := range joined(middleware.Policy{Name: list[i].FullKey, Limits: []ratelimiting.Limit{l}}.Validate(ns)) {
+			var pe *middleware.PolicyError
+			if errors.As(err, &pe) {
+				key := strings.TrimPrefix(pe.Key, "limits[0].")
+				key = cmp.Or(map[string]string{"limit": "requests_per_unit", "window": "unit", "type": "algorithm"}[key], key)
+				allowed := strings.NewReplacer("sliding_window", "sliding", "fixed_window", "fixed").Replace(pe.Allowed) // as the rls files spell them
+				errs = append(errs, fmt.Errorf("%s: %s: %s %s: %s", list[i].Source, list[i].FullKey, key, pe.Value, allowed))
+			}
+		}
+	}
+	return rules, errors.Join(errs...)
+}
+
+func (s *source) checkNode(n *NodeConfig) {
+	if s.set("node.listen") {
+		if err := checkHostPort(n.Listen); err != nil {
+			s.reportValue("node.listen", n.Listen, err.Error())
+		}
+	}
+	if n.ShutdownTimeout <= 0 {
+		s.bad("node.shutdown_timeout", "", "must be > 0")
+	}
+	if n.MaxBodyBytes < 256 {
+		s.bad("node.max_body_bytes", "", "must be at least 256")
+	}
+	if n.MaxKeyBytes < 1 {
+		s.bad("node.max_key_bytes", "", "must be at least 1")
+	}
+	if n.GCHeapFloor < 0 || n.GCHeapFloor > MaxGCHeapFloor {
+		s.bad("node.gc_heap_floor", "", fmt.Sprintf("must be 0 (no floor) or a number of bytes up to %d (1 GiB)", MaxGCHeapFloor))
+	}
+}
+
+// storeInConfig stands for a namespace's store while the configuration is
+// checked, before any store is opened: namespace.Config.Validate needs a
+// strategy, and every store the node opens decides checks in the store
+// (package node asserts that each implements strategy.Checker).
+type storeInConfig struct {
+	strategy.Strategy
+	strategy.Checker
+}
+
+// bucketStoreInConfig stands for a store that also keeps buckets
+// (KeepsBuckets), which policies with buckets need.
+type bucketStoreInConfig struct {
+	storeInConfig
+	strategy.BucketStore
+}
+
+// checkNamespace checks the namespace at path and returns its
+// namespace.Config (without a store).
+func (s *source) checkNamespace(path string, ns *NamespaceConfig) namespace.Config {
+	field := func(name string) string { return path + "." + name }
+	if ns.Name == "" {
+		s.report(field("name"), "required")
+	}
+	s.checkStrategy(path, ns)
+	for i, d := range ns.WindowSizes {
+		if slices.Index(ns.WindowSizes, d) < i {
+			s.bad(fmt.Sprintf("%s.window_sizes[%d]", path, i), "", "listed twice")
+		}
+	}
+	nc := ns.Namespace(nil)
+	switch {
+	case ns.Strategy == StrategyLocal:
+	case KeepsBuckets(ns.Strategy):
+		nc.Strategy = bucketStoreInConfig{}
+	default:
+		nc.Strategy = storeInConfig{}
+	}
+	for _, err := range joined(nc.Validate()) {
+		var fe *namespace.FieldError
+		if errors.As(err, &fe) {
+			s.libError(field(fe.Key), fe.Value, fe.Allowed)
+		}
+	}
+	if ns.Strategy == StrategyRedis || ns.Strategy == StrategyPostgres {
+		for _, err := range checkStoreOptions(ns) {
+			s.libError(field(err.key), err.value, err.allowed)
+		}
+		s.checkStoreURL(field("url"), ns)
+	}
+	return nc
+}
+
+// joined returns the errors that err joins (errors.Join), or err alone.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	if err == nil {
+		return nil
+	}
+	return []error{err}
+}
+
+// libError records an error a library package's Validate found about the
+// field at path, unless the node already reported one about it (a missing
+// limit is "required", not "0: must be > 0").
+func (s *source) libError(path, value, allowed string) {
+	if !s.reported[path] {
+		s.bad(path, value, allowed)
+	}
+}
+
+// checkStrategy checks the fields that depend on the namespace's
+// strategy: sync_rate, url and the store options.
+func (s *source) checkStrategy(path string, ns *NamespaceConfig) {
+	field := func(name string) string { return path + "." + name }
+	switch {
+	case ns.Strategy == StrategyLocal && s.set(field("sync_rate")):
+		s.bad(field("sync_rate"), "", "only with strategy memory, redis or postgres (a local namespace never syncs)")
+	case ns.Strategy != StrategyLocal && ns.SyncRate < 0:
+		s.bad(field("sync_rate"), "", "must be > 0 (periodic) or 0 (synchronous); use strategy local for no sync")
+	}
+	switch {
+	case s.set(field("timeout")) && ns.Strategy == StrategyLocal:
+		s.bad(field("timeout"), "", "only with strategy memory, redis or postgres (a local namespace never waits for a store)")
+	case s.set(field("timeout")) && (ns.Timeout < Duration(time.Millisecond) || ns.Timeout > Duration(time.Minute)):
+		s.bad(field("timeout"), "", "must be from 1ms to 1m, like 500ms or 1s")
+	}
+	if ns.Strategy == StrategyLocal && ns.Clock == ClockStore && s.set(field("clock")) {
+		s.bad(field("clock"), ClockStore, "only with strategy memory, redis or postgres (a local namespace has no store to take the time of: it counts on the node's clock)")
+	}
+	if ns.URLFrom == "file" && ns.Strategy != StrategyRedis && ns.Strategy != StrategyPostgres {
+		s.report(field("url"), "only with strategy redis or postgres")
+	}
+	if s.set(field("redis")) && ns.Strategy != StrategyRedis {
+		s.report(field("redis"), "only with strategy redis")
+	}
+	if s.set(field("postgres")) && ns.Strategy != StrategyPostgres {
+		s.report(field("postgres"), "only with strategy postgres")
+	}
+}
+
+// Namespace returns the namespace.Config of ns on store st.
+func (ns *NamespaceConfig) Namespace(st strategy.Strategy) namespace.Config {
+	nc := namespace.Config{
+		Name:         ns.Name,
+		Dict:         ns.Dict,
+		SyncRate:     time.Duration(ns.SyncRate),
+		Strategy:     st,
+		DictCapacity: ns.DictCapacity,
+		NearLimit:    ns.NearLimit,
+		Timeout:      time.Duration(ns.Timeout),
+	}
+	if ns.Clock == ClockNode {
+		nc.Clock = namespace.NodeClock
+	}
+	for _, d := range ns.WindowSizes {
+		nc.WindowSizes = append(nc.WindowSizes, time.Duration(d))
+	}
+	return nc
+}
+
+// checkStoreURL checks the URL of a namespace with a store; an error
+// names the url field, or the environment variable it came from.
+func (s *source) checkStoreURL(path string, ns *NamespaceConfig) {
+	if ns.URL == "" {
+		env := map[string]string{StrategyRedis: EnvRedisURL, StrategyPostgres: EnvPostgresURL}[ns.Strategy]
+		s.report(path, fmt.Sprintf("required with strategy %s (or set %s)", ns.Strategy, env))
+		return
+	}
+	if err := checkStoreURL(ns); err != nil {
+		label := path
+		if ns.URLFrom != "file" {
+			label += " (from " + ns.URLFrom + ")"
+		}
+		s.reportAs(path, label, strconv.Quote(MaskURL(ns.URL))+": "+MaskSecrets(err.Error(), ns.URL))
+	}
+}
+
+// checkPolicy checks the policy at path against its namespace.
+func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namespace.Config, known, consumer string) {
+	field := func(name string) string { return path + "." + name }
+	if p.Name == "" {
+		s.report(field("name"), "required")
+	}
+	if len(p.Limits) > MaxLimits {
+		s.report(field("limits"), fmt.Sprintf("%d limits: at most %d", len(p.Limits), MaxLimits))
+	}
+	switch {
+	case s.set(field("cost")) && p.Cost == 0:
+		s.bad(field("cost"), "0", "must be > 0 (leave it out for 1)")
+	case p.Cost > MaxNumber:
+		s.bad(field("cost"), formatNumber(p.Cost), fmt.Sprintf("must be at most %g", float64(MaxNumber)))
+	}
+	for j, l := range p.Limits {
+		lim := fmt.Sprintf("%s.limits[%d]", path, j)
+		switch {
+		case !s.set(lim + ".limit"):
+			s.report(lim+".limit", "required: hits allowed per window, > 0")
+		case l.Limit > MaxNumber:
+			s.bad(lim+".limit", formatNumber(l.Limit), fmt.Sprintf("must be at most %g", float64(MaxNumber)))
+		}
+		if !s.set(lim + ".window") {
+			s.report(lim+".window", "required: a duration like 1s, 1m, 1h")
+		}
+		s.checkBurst(lim, l)
+		s.checkPrecision(lim, l)
+	}
+	opts := middleware.KeyOptions{ConsumerHeader: consumer}
+	if _, err := middleware.ParseKey(p.Key, opts); err != nil {
+		s.report(field("key"), strings.TrimPrefix(err.Error(), "middleware: "))
+	}
+	ns, found := nss[p.Namespace]
+	if !found {
+		s.reportValue(field("namespace"), p.Namespace, "no such namespace (namespaces: "+known+")")
+		return
+	}
+	for _, err := range joined(p.Policy(nil).Validate(ns)) {
+		var pe *middleware.PolicyError
+		if errors.As(err, &pe) {
+			s.libError(field(pe.Key), pe.Value, pe.Allowed)
+		}
+	}
+}
+
+// checkBurst checks the burst of the limit at path: only for buckets (even
+// 0, which means nothing on a window), at most MaxNumber.
+func (s *source) checkBurst(path string, l LimitConfig) {
+	path += ".burst"
+	switch {
+	case !s.set(path):
+	case !IsBucket(l.Type):
+		s.bad(path, "", fmt.Sprintf("only applies to type %s and %s, not %s", TypeTokenBucket, TypeLeakyBucket, l.Type))
+	case l.Burst > MaxNumber:
+		s.bad(path, formatNumber(l.Burst), fmt.Sprintf("must be at most %g", float64(MaxNumber)))
+	}
+}
+
+// checkPrecision checks the precision of the limit at path: only for type
+// sliding (even 0, which means nothing on another type). What it may be
+// (a divisor of the window, one of the namespace's sizes...) is
+// middleware.Policy.Validate's.
+func (s *source) checkPrecision(path string, l LimitConfig) {
+	path += ".precision"
+	if s.set(path) && l.Type != TypeSliding {
+		s.bad(path, "", fmt.Sprintf("only applies to type %s, not %s", TypeSliding, l.Type))
+	}
+}
+
+// Policy returns the middleware.Policy of p, selecting keys with key.
+func (p *PolicyConfig) Policy(key middleware.KeyFunc) middleware.Policy {
+	mp := middleware.Policy{
+		Name:      p.Name,
+		Namespace: p.Namespace,
+		Key:       key,
+		Cost:      p.Cost,
+		Penalty:   p.Penalty,
+	}
+	if p.OnStoreDown == "deny" {
+		mp.StoreDown = middleware.StoreDownDeny
+	}
+	for _, l := range p.Limits {
+		alg, _ := ParseLimitType(l.Type)
+		mp.Limits = append(mp.Limits, ratelimiting.Limit{Limit: l.Limit, Window: time.Duration(l.Window), Algorithm: alg, Burst: l.Burst, Precision: time.Duration(l.Precision)})
+	}
+	return mp
+}
+
+func (s *source) checkGateway(g *GatewayConfig, nodeListen string) {
+	if !s.set("gateway.upstream") {
+		s.report("gateway.upstream", "required: the URL requests are proxied to")
+	} else if u, err := url.Parse(g.Upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		s.reportValue("gateway.upstream", MaskURL(g.Upstream), "must be an http:// or https:// URL with a host")
+	} else {
+		g.UpstreamURL = u
+	}
+	if err := checkHostPort(g.Listen); err != nil {
+		s.reportValue("gateway.listen", g.Listen, err.Error())
+	} else if sameListen(g.Listen, nodeListen) {
+		s.reportValue("gateway.listen", g.Listen, "must differ from node.listen")
+	}
+	for _, f := range []struct {
+		name string
+		d    Duration
+	}{{"gateway.timeout", g.Timeout}, {"gateway.connect_timeout", g.ConnectTimeout}} {
+		if f.d <= 0 {
+			s.bad(f.name, "", "must be > 0")
+		}
+	}
+	for i, p := range g.TrustedProxies {
+		pfx, err := parsePrefix(p)
+		if err != nil {
+			s.reportValue(fmt.Sprintf("gateway.trusted_proxies[%d]", i), p, "must be an IP address or a CIDR like 10.0.0.0/8")
+			continue
+		}
+		g.Trusted = append(g.Trusted, pfx)
+	}
+	for i, r := range g.Routes {
+		s.checkRoute(fmt.Sprintf("gateway.routes[%d]", i), r)
+	}
+}
+
+func (s *source) checkRoute(path string, r RouteConfig) {
+	switch {
+	case r.Path == "":
+		s.report(path+".path", "required: a path prefix like /api/")
+	case !strings.HasPrefix(r.Path, "/"):
+		s.reportValue(path+".path", r.Path, "must start with /")
+	}
+	for i, m := range r.Methods {
+		if m == "" || strings.ToUpper(m) != m || !validToken(m) {
+			s.reportValue(fmt.Sprintf("%s.methods[%d]", path, i), m, "must be an upper-case HTTP method like GET")
+		}
+	}
+	if r.Policy == "" {
+		s.report(path+".policy", "required: the name of a policy")
+	}
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, err
+		}
+		return netip.PrefixFrom(p.Addr().Unmap(), min(p.Bits(), p.Addr().Unmap().BitLen())).Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func nsNames(c *Config) string {
+	names := make([]string, len(c.Namespaces))
+	for i, ns := range c.Namespaces {
+		names[i] = ns.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func checkHostPort(s string) error {
+	_, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("must be host:port, like 127.0.0.1:8080")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q: must be 0 to 65535", port)
+	}
+	return nil
+}
+
+// validToken reports whether s is an HTTP token (RFC 9110 5.6.2).
+func validToken(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0 {
+			return false
+		}
+	}
+	return s != ""
+}
