@@ -2,6 +2,7 @@ package refmodel
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -66,8 +67,11 @@ func GenerateGolden() Golden {
 						name = fmt.Sprintf("%v %v/%v in %v cost %v from the %s of a sub-window", s.kind, l.Limit, l.Window, l.Precision, cost, at.name)
 					}
 					gap := max(1, w/10)
-					if l.bucket() { // slow enough that hits drain it
+					switch n := int64(math.Ceil(l.Limit/cost)) + 1; {
+					case l.bucket(): // slow enough that hits drain it
 						gap = max(1, w/40)
+					case at.ms == w/2: // filled before the window ends
+						gap = max(1, min(gap, w/2/(n+1)))
 					}
 					b := newBuilder(name, at.ms, []Limit{l})
 					b.fillAndProbe(cost, time.Duration(gap)*ms)
