@@ -1,7 +1,9 @@
 // Package refmodel is a reference model of ratesync's decisions for tests:
 // the semantics of every algorithm written plainly in exact rational
-// arithmetic (math/big), and random traces to run against the node and the
-// stores. Test-only: nothing outside _test.go files imports it.
+// arithmetic (math/big), random traces to run against the node and the
+// stores, and the golden table that the node, Redis's scripts and
+// PostgreSQL's functions all run (golden.go). Test-only: nothing but
+// _test.go files and the table's generator (cmd/golden) imports it.
 package refmodel
 
 import (

@@ -75,7 +75,7 @@ func checkBucketDiff(d strategy.BucketDiff) error {
 }
 
 // bucketDiffArgs are a batch's bucket diffs as the arguments of the
-// function of migration 005 that applies them: the buckets', then the
+// schema's bucket_add function that applies them: the buckets', then the
 // anchored windows', then the logs' (the order every writer locks those
 // tables in); within each group in rounds (round r holds the r-th diff of
 // each bucket that has one, in batch order), each round sorted by bucket,

@@ -13,24 +13,17 @@ import (
 	"github.com/ratesync/ratesync/strategy"
 )
 
-// checkSQL calls the function of migration 006 (migrations/006_decisions.sql)
-// with p_keep true: the function of 005, which it calls, with the decisions
-// kept with the seq. It is an overload beside those of 005, 004 and 002
-// (replaced by 003), which nodes of earlier releases call.
-func checkSQL(n names) string { return checkCall(n, ", true") }
-
-// checkCall calls the function of migration 005 with the checkParams
-// arguments, followed by extra.
-func checkCall(n names, extra string) string {
+// checkSQL calls the schema's check function (migrations/001_schema.sql)
+// with the checkParams arguments CheckAndCount binds.
+func checkSQL(n names) string {
 	params := make([]string, checkParams)
 	for i := range params {
 		params[i] = fmt.Sprintf("$%d", i+1)
 	}
-	return `SELECT applied, allowed, counts, st_at, st_level, st_retry FROM ` + n.check + `(` + strings.Join(params, ", ") + extra + `)`
+	return `SELECT applied, allowed, counts, st_at, st_level, st_retry FROM ` + n.check + `(` + strings.Join(params, ", ") + `)`
 }
 
-// checkParams is the number of arguments of the function of migration 005:
-// those CheckAndCount binds.
+// checkParams is the number of arguments of the check function.
 const checkParams = 31
 
 // group is the state a limit keeps: window counters, a bucket, an anchored
@@ -88,8 +81,8 @@ func checkChecks(node string, checks []strategy.Check) error {
 }
 
 // CheckAndCount decides and counts checks atomically, at most once per
-// (node, seq), in one round trip: a call of the function of migration 006,
-// which runs that of 005. The function locks the lane's row (serializing
+// (node, seq), in one round trip: a call of the schema's check function.
+// The function locks the lane's row (serializing
 // calls of one lane, as PushDiffs does), then the buckets, the anchored
 // windows and the logs' headers the checks name, then each counter row the
 // checks read, each table in the one order pushes lock it in too
@@ -111,7 +104,7 @@ func checkChecks(node string, checks []strategy.Check) error {
 // (Log.Add, an entry made or added to); a denied check that a log refuses
 // gets the log's RetryAt. The changed rows are written back and
 // placeholders nothing was counted in are dropped, and the lane's row
-// records seq with the decision of each check (migration 006).
+// records seq with the decision of each check.
 //
 // When (node, seq) was applied before, it counts nothing and returns the
 // current state (each check still trims its logs, as the memory store's
@@ -121,12 +114,6 @@ func checkChecks(node string, checks []strategy.Check) error {
 // lane's last (its decisions are no longer kept) or a push set it, every
 // check denied.
 func (s *Store) CheckAndCount(ctx context.Context, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
-	return s.checkAndCount(ctx, s.q.check, node, seq, checks)
-}
-
-// checkAndCount is CheckAndCount with the statement query: checkSQL, or a
-// call of an earlier release's function with the same arguments.
-func (s *Store) checkAndCount(ctx context.Context, query string, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -140,7 +127,7 @@ func (s *Store) checkAndCount(ctx context.Context, query string, node string, se
 	a := newCheckArgs(checks, idx, kidx)
 	b, an, g := keyed[groupBucket], keyed[groupAnchored], keyed[groupLog]
 	var r checkReply
-	err := s.pool.QueryRow(ctx, query, node, seqParam(seq),
+	err := s.pool.QueryRow(ctx, s.q.check, node, seqParam(seq),
 		rows.ns, rows.size, rows.start, rows.key, rows.create,
 		b.ns, b.key, b.kind, b.window,
 		an.ns, an.key, an.window,
@@ -301,7 +288,7 @@ func checkKeyed(checks []strategy.Check, kidx map[bucketKey]int) [groupLog + 1]b
 // many windows it reads, the ms elapsed in its current window, whether it
 // is fixed, and limit * size; for buckets burst * window and
 // cost * window. The products are arith.WindowFits' and BucketFits', in
-// float64 here (see migration 004). wrows are the windows each window
+// float64 here (see migrations/001_schema.sql). wrows are the windows each window
 // limit reads, newest first, as positions in the counter rows (idx).
 type checkArgs struct {
 	costs     []float64

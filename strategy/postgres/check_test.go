@@ -16,8 +16,8 @@ import (
 	"github.com/ratesync/ratesync/strategy/postgres"
 )
 
-// Differential test of CheckAndCount's function (migration 004, locking
-// counters as 003 does) on what it handles run by run: checks whose Now
+// Differential test of CheckAndCount's function (migrations/001_schema.sql)
+// on what it handles run by run: checks whose Now
 // straddle window boundaries (a row that is one check's previous window and
 // another's current one), several sizes and namespaces in one batch (runs
 // of previous and current windows alternating), current windows present

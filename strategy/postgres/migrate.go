@@ -20,9 +20,11 @@ import (
 )
 
 // The schema is built by the numbered files of migrations/, applied in
-// order, each with the row that records it in the version table. A file is
-// never changed once released: a change is a new file. Every migration
-// must be able to run inside a transaction (no CREATE INDEX CONCURRENTLY).
+// order, each with the row that records it in the version table:
+// 001_schema.sql creates every table and function as they are now. Once a
+// file has built schemas in use it is never changed: a change to the
+// schema is a new file after it. Every migration must be able to run
+// inside a transaction (no CREATE INDEX CONCURRENTLY).
 //
 //go:embed migrations/*.sql
 var migrationFiles embed.FS

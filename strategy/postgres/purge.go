@@ -34,7 +34,7 @@ func purgeLanesSQL(n names) string {
 
 // purgeBucketsSQL deletes at most $6 buckets of namespace $1 that are empty
 // as of $2 (arith.Level at the rate they last drained at is 0,
-// written as in migration 004), among those after ($3, $4, $5) in
+// written as in migrations/001_schema.sql), among those after ($3, $4, $5) in
 // primary-key order, and returns how many it deleted and the last of them
 // (NULLs when none). Each statement is its own short transaction; buckets
 // that a push or check holds are skipped (SKIP LOCKED), left for the next

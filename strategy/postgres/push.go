@@ -22,7 +22,7 @@ import (
 //     waits for it, then (READ COMMITTED re-checks the newest row version)
 //     finds seq not above the record and returns nothing;
 //   - with bucket diffs (bucketArg > 0: the number of the first of their
-//     parameters), bk calls the function of migration 005 that applies
+//     parameters), bk calls the schema's bucket_add function that applies
 //     them (buckets', anchored windows' and logs'), once per row of lane:
 //     only when the batch is new, and after the lane row is locked;
 //   - up adds the batch's counters only WHERE EXISTS (SELECT 1 FROM lane),

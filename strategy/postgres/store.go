@@ -7,9 +7,10 @@
 // window limits with a precision) in CheckAndCount.
 //
 // It owns its schema and the SQL that reads and writes it: the schema is
-// created or migrated (versioned migrations embedded in the binary, applied
-// in one transaction holding an advisory lock, so that nodes starting at
-// once migrate once, and a failed upgrade changes nothing) by New when the
+// created or migrated (migrations/001_schema.sql and any numbered migration
+// after it, embedded in the binary, applied in one transaction holding an
+// advisory lock, so that nodes starting at once migrate once, and a failed
+// migration changes nothing) by New when the
 // server answers, else by the first call that reaches it: a store starts
 // while PostgreSQL is down, and no statement runs on a schema that is not
 // migrated. It does not own the connection pool (the caller's, never
@@ -50,11 +51,11 @@
 //
 // A bucket is one row: its state (strategy.BucketState's At and Level) and
 // the rate it last drained at, which tells Purge when it is empty. Bucket
-// diffs and bucket limits are computed with strategy's arithmetic, in
-// double precision, in the order strategy/bucket.go and
+// diffs and bucket limits are computed with internal/arith's arithmetic, in
+// double precision, in the order internal/arith's Level, BucketAdd and
 // arith.WindowFits write it, so that the store decides as a node does,
-// bit for bit (migrations/004_buckets.sql). Anchored windows and logs are
-// kept the same way (migrations/005_keyed.sql), with strategy/keyed.go's
+// bit for bit (migrations/001_schema.sql). Anchored windows and logs are
+// kept the same way, with internal/arith's
 // arithmetic:
 //
 //   - an anchored window is one row, its opening instant and count; a key
@@ -103,8 +104,7 @@
 // The migration needs CREATE on the database when Config.Schema does not
 // exist yet, and CREATE on the schema; later starts need neither. A
 // role that only uses the store needs SELECT, INSERT, UPDATE and DELETE on
-// the six tables and SELECT on the version table; the migrations that add
-// tables give them the grants the counters table has.
+// the six tables and SELECT on the version table.
 package postgres
 
 import (

@@ -42,8 +42,8 @@ import (
 // go-redis resent the script), the checks count nothing again and are
 // returned as decided then, with the current totals and keyed states.
 // When seq is below the last one applied there (its decisions are no
-// longer kept), or was applied by a push (or by a release that recorded no
-// decisions), the checks count nothing and are returned not allowed, with
+// longer kept), or was applied by a push (whose record holds the seq
+// alone), the checks count nothing and are returned not allowed, with
 // the current totals and keyed states. Checks share lane records with
 // PushDiffs: a node numbers its pushes and checks from one sequence, or
 // uses different node names for them.

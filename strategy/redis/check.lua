@@ -65,8 +65,7 @@
 -- strategy.Log.Trim at the check's now, as every store trims); its checks
 -- reply the decisions its lane record holds when the record is this very
 -- seq with decisions (a retry of the call that set it: the same checks in
--- the same order), else (an older seq, or a record of seq alone: a
--- push's, or one written before decisions were recorded) 0.
+-- the same order), else 0 (an older seq, or a push's record of seq alone).
 --
 -- Returns, for each check of each group in order: 1 or 0 (passed, or the
 -- decision recorded), then for each of its window limits the value of the

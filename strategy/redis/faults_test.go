@@ -430,9 +430,9 @@ func TestSynchronousNamespaces(t *testing.T) {
 
 // A lane record holds the seq's 20 digits, then a check call's decisions
 // in its shard ('1' or '0' each, in order); a push's holds the seq alone.
-// A record of the seq alone, as a push or a release that kept no decisions
-// writes it, gives a retry of that seq no decision: not allowed, nothing
-// counted; the next seq applies as usual.
+// A record of the seq alone, as a push writes it, gives a retry of that
+// seq no decision: not allowed, nothing counted; the next seq applies as
+// usual.
 func TestLaneRecordOfTheSeqAlone(t *testing.T) {
 	r := testenv.NewRedis(t)
 	c := r.Client(t)

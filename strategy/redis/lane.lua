@@ -95,7 +95,7 @@ end
 -- exact integer below 2^63), at a lower cost (no long double parsing and
 -- formatting). Its reply is exact as a Lua number below 2^53; past that,
 -- the stored string is read instead. When HINCRBY refuses (a field or sum
--- that is no integer, an overflow), HINCRBYFLOAT decides as it always did.
+-- that is no integer, an overflow), HINCRBYFLOAT decides.
 local function incr(key, field, arg, v, cur)
   if v % 1 == 0 and v < 1e6 and v > -1e6 and (cur == nil or cur and cur % 1 == 0 and cur < 2^53 and cur > -2^53) then
     local r = redis.pcall('HINCRBY', key, field, arg)

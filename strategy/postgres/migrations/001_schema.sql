@@ -1,11 +1,25 @@
--- Anchored windows and sliding logs (strategy/keyed.go), precision window
--- limits (strategy.SpanFits): their tables, the function that applies a
--- push's bucket, anchored and log diffs, and {{check}} with all of them.
+-- The schema of strategy/postgres: tables and the two functions behind
+-- its statements, in their current version. migrate.go applies it, with
+-- any file numbered after it, in one transaction.
+--
+-- {{counters}}, {{lanes}}, {{buckets}}, {{anchored}}, {{logs}},
+-- {{log_entries}}, {{check}} and {{bucket_add}} are replaced by the quoted,
+-- schema-qualified names of Config before this file runs; values never are
+-- (every value in the store's statements is a bind parameter).
 --
 -- The arithmetic is strategy's, in double precision, operation by
--- operation in the order strategy/keyed.go and strategy/strategy.go write
--- it (004 gives the buckets' and WindowFits'):
+-- operation in the order strategy/bucket.go, strategy/keyed.go and
+-- strategy/strategy.go write it, so that the node and the store decide
+-- every request the same way:
 --
+--   BucketLevel(at, level, rate, now) = max(0, level - max(0, now - at) * rate)
+--   BucketFits:   level + cost * window <= burst * window
+--   BucketAdd:    level := BucketLevel(...) + cost * window, at := max(at, now)
+--   WindowFits:   fixed:   cur + cost <= limit
+--                 sliding: (cur + cost) * size + prev * (size - elapsed) <= limit * size
+--   SpanFits:     cur := counts[1] + (counts[2] + ... + counts[k-1]), the
+--                 parenthesis summed from 0 in that order; then WindowFits
+--                 (sliding) of cur and counts[k]
 --   AnchoredCount(at, level, now) = level when level > 0 and now < at + window, else 0
 --   AnchoredFits: count + cost <= limit
 --   AnchoredAdd:  open: level := level + cost (unless now + window <= at: a hit
@@ -17,9 +31,73 @@
 --   Log.Add:      the entry at at gets cost added (made when absent), sum := sum + cost
 --   RetryAt:      sum := sum - cost of each entry, oldest first (0 after
 --                 the last), until sum + cost <= limit: that entry's at + window
---   SpanFits:     cur := counts[1] + (counts[2] + ... + counts[k-1]), the
---                 parenthesis summed from 0 in that order; then WindowFits
---                 (sliding) of cur and counts[k]
+--
+-- The products of the caller's values alone (cost * window, burst * window,
+-- limit * size) come computed by the caller, in float64 like the rest: a
+-- product beyond the double precision range is +Infinity there, as in Go,
+-- where PostgreSQL would raise an error. BucketLevel is written out as
+--
+--   CASE WHEN now <= at THEN greatest(level, 0)
+--        WHEN rate >= level THEN 0
+--        ELSE greatest(level - (now - at)::double precision * rate, 0) END
+--
+-- The middle case is exact, not an approximation: with now - at >= 1 the
+-- rounded product is at least rate, so the difference is at most 0, and it
+-- keeps a rate near the top of the range from overflowing the product.
+
+-- One row per counter. Window start and size are bigint milliseconds (no
+-- 2038 overflow); counts are double precision (fractional hits, refunds).
+-- key is bytea because PostgreSQL text cannot hold NUL or invalid UTF-8 and
+-- the library stores every key byte-exact. The primary key serves every
+-- read: GetCounters and Purge scan by its prefix (namespace, window_size,
+-- window_start). fillfactor leaves room on each page for HOT updates of
+-- count, which no index covers.
+CREATE TABLE {{counters}} (
+    namespace    text             NOT NULL,
+    window_size  bigint           NOT NULL CHECK (window_size > 0),
+    window_start bigint           NOT NULL,
+    key          bytea            NOT NULL,
+    count        double precision NOT NULL,
+    PRIMARY KEY (namespace, window_size, window_start, key)
+) WITH (fillfactor = 80);
+
+-- The last batch applied per push lane (Batch.Node). seq is a uint64 kept
+-- exact in numeric(20,0); updated_at (server clock) is when the lane last
+-- applied a batch, for Purge. No index on updated_at: it would stop the HOT
+-- updates every push makes, and Purge scans this small table hourly.
+--
+-- A check call also keeps its decisions: decided is the seq of the call
+-- whose checks' decisions the row holds, in the caller's order, in
+-- decisions. A push sets seq alone, so a retry of a seq gets the decisions
+-- only while seq = decided = that seq: a push that took the seq, or a
+-- newer seq of any call, leaves none for it. Both are NULL in lanes that
+-- only pushed.
+CREATE TABLE {{lanes}} (
+    node       text          PRIMARY KEY,
+    seq        numeric(20,0) NOT NULL CHECK (seq >= 0),
+    updated_at timestamptz   NOT NULL DEFAULT now(),
+    decided    numeric(20,0),
+    decisions  boolean[]
+) WITH (fillfactor = 50);
+
+-- One row per bucket, keyed as strategy.BucketState: key is bytea, as in
+-- {{counters}}, so that any key is stored byte-exact; kind is 1..255. at_ms
+-- and level are the bucket's state; rate is the rate it last drained at,
+-- which tells Purge when it is empty (BucketLevel at Purge's now is 0). A
+-- bucket without a row is empty: at_ms 0, level 0. at_ms is never negative
+-- (BucketAdd takes the max with the empty bucket's 0), which the functions
+-- below rely on. An update rewrites one small row; no index covers at_ms,
+-- level or rate, so updates are HOT where the page has room.
+CREATE TABLE {{buckets}} (
+    namespace text             NOT NULL,
+    key       bytea            NOT NULL,
+    kind      smallint         NOT NULL CHECK (kind BETWEEN 1 AND 255),
+    window_ms bigint           NOT NULL CHECK (window_ms > 0),
+    at_ms     bigint           NOT NULL CHECK (at_ms >= 0),
+    level     double precision NOT NULL,
+    rate      double precision NOT NULL,
+    PRIMARY KEY (namespace, key, kind, window_ms)
+) WITH (fillfactor = 80);
 
 -- One row per anchored window that a key has (or had: Purge deletes the
 -- closed ones), keyed as a bucket without a kind: its opening instant and
@@ -62,32 +140,11 @@ CREATE TABLE {{log_entries}} (
     PRIMARY KEY (log_id, at_ms)
 ) WITH (fillfactor = 90);
 
--- The new tables get the rights the counters table has (as in 004), so
--- that roles using the store keep working after this upgrade. The logs'
--- identity column needs no right of its own on its sequence.
-DO $$
-DECLARE
-    g record;
-    t text;
-BEGIN
-    FOREACH t IN ARRAY ARRAY['{{anchored}}', '{{logs}}', '{{log_entries}}'] LOOP
-        FOR g IN
-            SELECT a.privilege_type, a.grantee, a.is_grantable
-            FROM pg_class c, aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) AS a
-            WHERE c.oid = '{{counters}}'::regclass
-        LOOP
-            EXECUTE format('GRANT %s ON %s TO %s%s', g.privilege_type, t,
-                CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END,
-                CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
-        END LOOP;
-    END LOOP;
-END
-$$;
-
--- {{bucket_add}}, with p_cost: the bucket, anchored and log diffs of a push
--- (push.go), an overload beside 004's, which nodes of the previous release
--- call. The push statement calls it once its lane row says the batch is
--- new, before it writes the batch's counters.
+-- {{bucket_add}}: the bucket, anchored and log diffs of a push (push.go).
+-- The push statement calls it once its lane row says the batch is new,
+-- before it writes the batch's counters: every writer locks buckets,
+-- anchored windows and logs before counters, each in the order the callers
+-- sort them in, so that none deadlocks another.
 --
 -- The diffs come in segments, each ending at p_ends[s]: the buckets'
 -- (kinds other than 2 and 3) first, then the anchored windows' (kind 2),
@@ -98,7 +155,10 @@ $$;
 -- after the other in the batch's order; the first round of each table
 -- locks every row of the batch there, in order.
 --
---   buckets:  BucketAdd at p_at with p_cw = cost * window, as in 004;
+--   buckets:  BucketAdd at p_at with p_cw = cost * window, with no clamp
+--             at any capacity (a bucket may go into debt); rate becomes
+--             the diff's. An absent bucket is inserted as BucketAdd of the
+--             empty one;
 --   anchored: AnchoredAdd of p_cost at p_at (an absent window: opened);
 --   logs:     Log.Add of p_cost at p_at: the header locked (made when
 --             absent), the entry added to or made, then the header's sum,
@@ -173,7 +233,9 @@ BEGIN
                 newest_ms = CASE WHEN g.entries = 0 THEN EXCLUDED.newest_ms
                                  ELSE greatest(g.newest_ms, EXCLUDED.newest_ms) END;
         ELSE
-            -- Buckets: 004's statement (see 004_buckets.sql).
+            -- Buckets: BucketAdd of each diff. EXCLUDED.at_ms is
+            -- max(0, p_at): the same BucketLevel as p_at, since the row's
+            -- at_ms is never negative.
             INSERT INTO {{buckets}} AS bk (namespace, key, kind, window_ms, at_ms, level, rate)
             SELECT d.ns, d.key, d.kind, d.win, greatest(d.at, 0), d.cw, d.rate
             FROM unnest(p_ns[lo:hi], p_key[lo:hi], p_kind[lo:hi], p_win[lo:hi], p_at[lo:hi], p_cw[lo:hi], p_rate[lo:hi])
@@ -194,18 +256,18 @@ BEGIN
 END
 $$;
 
--- {{check}}: CheckAndCount in one round trip (see check.go), the function
--- of 004 (same locking of counters and buckets, same placeholders, same
--- replays) with anchored windows, sliding logs and precision limits. It is
--- a new signature beside 004's and 003's, which nodes of earlier releases
--- still running call until they are upgraded (a later migration may drop
--- them).
+-- {{check}}: CheckAndCount in one round trip (see check.go).
 --
 -- The caller passes:
---   r_*: the counter rows the checks read, as for 003 (a precision limit
---        reads Depth windows of its size: its current one, created as a
---        placeholder when absent, and the ones before it, which are not);
---   b_*: the buckets the checks name, sorted, each once, as for 004;
+--   r_*: the counter rows the checks read, sorted by primary key (the order
+--        every writer of the store locks rows in, so concurrent callers and
+--        pushes never deadlock), each once; r_create marks current windows,
+--        which are created (count 0, a placeholder) when absent so that
+--        they can be locked (a precision limit reads Depth windows of its
+--        size: its current one and the ones before it, which are not
+--        created: an absent one counts 0);
+--   b_*: the buckets the checks name, sorted (the order every writer locks
+--        buckets in), each once;
 --   a_*: the anchored windows, g_*: the logs, the same way;
 --   c_*: per check, in the caller's order: its cost, its number of limits
 --        and its Now (Unix ms);
@@ -230,31 +292,71 @@ $$;
 -- and count, a log's newest instant and sum; 0 for window limits) and
 -- st_retry (a log that refuses a denied check: strategy.RetryAt).
 --
--- After the lane row it locks, each table in the order of its arrays, the
--- buckets, the anchored windows and the logs' headers (absent ones
--- inserted as placeholders, present ones locked, by one INSERT ... ON
--- CONFLICT DO UPDATE ... WHERE false each), reads them, then locks and
--- reads the counter rows as 003 does. It trims each log, for all checks at
--- once, through the earliest instant a check of the batch trims it to: the
--- same entries, subtracted in the same order, that the first of those
--- checks would. Then, check by check in the caller's order: it trims the
--- check's logs at its Now (one DELETE of a log's expired entries, which
--- returns their costs; skipped when no entry can be left to trim), decides
--- (SpanFits for precision limits, the rest as 004 does, AnchoredFits,
--- LogFits), and when the check passes with a cost above 0 counts it once
--- in each distinct current window, bucket, anchored window (AnchoredAdd at
--- Now) and log (Log.Add at Now: one upsert of an entry; the hits that
--- follow in the batch at the same instant add to its cost here, each in
--- turn, and it is written once, before the log is next trimmed or read and
--- at the end). A denied check that a log refuses walks that log's
--- entries, oldest first, for RetryAt. At the end it writes the changed
--- rows back, by ctid, and drops the placeholders nothing was counted in.
+-- It runs a few statements whatever the batch's size:
+--
+--   1. the lane row first: it serializes calls and pushes of a lane, so a
+--      retry racing its first attempt waits for it, then applies nothing;
+--   2. the buckets, the anchored windows and the logs' headers, each table
+--      in the order of its arrays: absent ones inserted as placeholders,
+--      present ones locked, by one INSERT ... ON CONFLICT DO UPDATE ...
+--      WHERE false each; then one read of each;
+--   3. every counter row locked in the caller's order, run by run of
+--      consecutive rows of one kind, each run by one statement whose scan
+--      of the arrays drives the locking, one row after the other:
+--      - previous windows: one SELECT ... FOR UPDATE, which also returns
+--        their counts;
+--      - current windows: one SELECT ... FOR UPDATE as well, returning
+--        counts and ctids, but fetched through a cursor one row at a time
+--        so that it stops at the first absent row; from that row on, one
+--        INSERT ... ON CONFLICT DO UPDATE ... WHERE false, which inserts
+--        each absent row as a placeholder and locks each present one
+--        without writing it, in order, as a push does (waiting like a
+--        push for a concurrent insert of the same row).
+--      Never two passes over a run (the present rows, then the absent
+--      ones): a lock taken after a later row's would break the order and
+--      can deadlock against a push locking both in order;
+--   4. one read, after every lock is granted (a fresh snapshot: the latest
+--      counts), of the rows locked by ON CONFLICT (it returns nothing of
+--      the rows it only locks): in the steady state, when the batch's
+--      current windows exist, there is none and no read;
+--   5. the logs trimmed, for all checks at once, through the earliest
+--      instant a check of the batch trims each to: the same entries,
+--      subtracted in the same order, that the first of those checks would;
+--   6. check by check in the caller's order: the check's logs trimmed at
+--      its Now (one DELETE of a log's expired entries, which returns their
+--      costs; skipped when no entry can be left to trim); the decision
+--      (WindowFits, SpanFits for precision limits, BucketLevel and
+--      BucketFits, AnchoredFits, LogFits); when the check passes with a
+--      cost above 0, the count, once in each distinct current window,
+--      bucket (BucketAdd at Now, at the rate of the first limit naming
+--      it), anchored window (AnchoredAdd at Now) and log (Log.Add at Now:
+--      one upsert of an entry; the hits that follow in the batch at the
+--      same instant add to its cost here, each in turn, and it is written
+--      once, before the log is next trimmed or read and at the end). A
+--      denied check that a log refuses walks that log's entries, oldest
+--      first, for RetryAt;
+--   7. the changed rows written back and the placeholders nothing was
+--      counted in dropped, by ctid: each such row is locked by this
+--      transaction since step 2 or 3 (its ctid, from the lock or the read,
+--      is that of its newest version and cannot change);
+--   8. the decisions kept in the lane's row with p_seq (decided).
+--
+-- Every statement that reads rows by key probes the primary key once per
+-- row (a LATERAL subquery, ON CONFLICT's own index lookup, or a ctid),
+-- whatever the table's statistics and whether the plan is custom or
+-- generic: a plain join of the arrays with the table could become a hash
+-- join over a scan of the table with stale statistics.
 --
 -- When the lane's last seq is not below p_seq, the batch was applied
--- before: nothing is created or counted, every check is denied, the state
--- is read as it is; only the logs' headers are locked, because each check
--- still trims its logs at its Now, as strategy.Log.Trim would in the
--- memory store, so that a log's sum goes through the same steps in both.
+-- before: nothing is created or counted and the state is read as it is;
+-- only the logs' headers are locked, because each check still trims its
+-- logs at its Now, as strategy.Log.Trim would in the memory store, so
+-- that a log's sum goes through the same steps in both. When the lane's
+-- seq and decided are both p_seq (a retry of the call that set them, the
+-- same checks in the same order, whose reply was lost), each check is
+-- returned as decided then, allowed or not; otherwise (a seq below the
+-- lane's, whose decisions are no longer kept, or one a push set) every
+-- check is denied.
 CREATE FUNCTION {{check}}(
     p_node    text,
     p_seq     numeric,
@@ -334,6 +436,7 @@ DECLARE
     vals  double precision[];
     ins   integer[];     -- positions (in a run's rest) of the placeholders inserted
     walk  refcursor;     -- the current windows of a run, locked as fetched
+    kept  boolean[];     -- the decisions kept for a retry of p_seq
     e     record;
     v     double precision;
     s     double precision;
@@ -359,8 +462,9 @@ BEGIN
     applied := FOUND;
     rd := array_fill(NOT applied, ARRAY[n]); -- not applied: nothing is locked, all is read
 
-    -- Buckets, as in 004: locked in order (absent ones inserted as
-    -- placeholders), then read.
+    -- Buckets: locked in the caller's order (absent ones inserted as
+    -- placeholders, which locks them; present ones locked, not updated, not
+    -- returned), then read all (a fresh snapshot: the latest states).
     IF applied AND nb > 0 THEN
         WITH put AS (
             INSERT INTO {{buckets}} AS bk (namespace, key, kind, window_ms, at_ms, level, rate)
@@ -464,7 +568,11 @@ BEGIN
         ) y ON true;
     END IF;
 
-    -- Counter rows: locked and read exactly as in 003 (see 003_check_set.sql).
+    -- Counter rows: locked in the caller's order, run by run (rows i..j of
+    -- one kind). Each statement takes a fresh snapshot, and FOR UPDATE and
+    -- ON CONFLICT lock (and FOR UPDATE returns) the newest version of a row
+    -- changed by a caller they waited for. In every statement, the scan of
+    -- the arrays drives the locking, one row after the other in their order.
     i := 1;
     WHILE applied AND i <= n LOOP
         j := i;
@@ -472,12 +580,14 @@ BEGIN
             j := j + 1;
         END LOOP;
         IF NOT r_create[i] AND i = j THEN
+            -- One previous window (e.g. one key's): the same, plainly.
             SELECT c.count INTO v FROM {{counters}} c
             WHERE c.namespace = r_ns[i] AND c.window_size = r_size[i]
               AND c.window_start = r_start[i] AND c.key = r_key[i]
             FOR UPDATE;
             cnt[i] := coalesce(v, 0);
         ELSIF NOT r_create[i] THEN
+            -- Previous windows: lock the present ones, take their counts.
             SELECT array_agg(coalesce(y.count, 0) ORDER BY r.o) INTO vals
             FROM unnest(r_ns[i:j], r_size[i:j], r_start[i:j], r_key[i:j])
                  WITH ORDINALITY AS r(ns, size, start, key, o)
@@ -489,8 +599,11 @@ BEGIN
             ) y ON true;
             cnt[i:j] := vals;
         ELSE
+            -- Current windows: lock them one after the other, taking counts
+            -- and ctids, up to the first absent one (a cursor fetched row by
+            -- row runs the scan no further than the row fetched).
             p := i;
-            IF i = j THEN
+            IF i = j THEN -- one row: the same, plainly
                 SELECT c.count, c.ctid INTO v, t FROM {{counters}} c
                 WHERE c.namespace = r_ns[i] AND c.window_size = r_size[i]
                   AND c.window_start = r_start[i] AND c.key = r_key[i]
@@ -520,6 +633,11 @@ BEGIN
                 CLOSE walk;
             END IF;
             IF p <= j THEN
+                -- From the first absent row on: insert the absent ones (a
+                -- placeholder, locked by its insert; a concurrent insert of
+                -- the same row is waited for), lock the present ones (WHERE
+                -- false: locked, not updated, not returned), in order; read
+                -- them below. RETURNING yields the inserted rows only.
                 WITH put AS (
                     INSERT INTO {{counters}} AS c (namespace, window_size, window_start, key, count)
                     SELECT r.ns, r.size, r.start, r.key, 0
@@ -545,6 +663,10 @@ BEGIN
         END IF;
         i := j + 1;
     END LOOP;
+
+    -- Read what the locking did not (all when not applied), one
+    -- primary-key probe each: OFFSET 0 keeps the subquery a per-row probe,
+    -- and rd[r.i], a one-time filter, skips it for rows already read.
     IF true = ANY (rd) THEN
         SELECT array_agg(CASE WHEN rd[r.i::integer] THEN coalesce(y.count, 0) ELSE cnt[r.i::integer] END ORDER BY r.i),
                array_agg(CASE WHEN rd[r.i::integer] THEN y.ctid ELSE tids[r.i::integer] END ORDER BY r.i)
@@ -831,6 +953,30 @@ BEGIN
             DELETE FROM {{logs}} g
             USING unnest(gtids, gmade, gn) AS u(t, placeholder, entries)
             WHERE u.placeholder AND u.entries = 0 AND g.ctid = u.t;
+        END IF;
+    END IF;
+
+    -- Keep the decisions with the seq: the lane's row is held since the
+    -- first statement. A retry of the call that set seq and decided (both
+    -- p_seq) gets each check as kept, allowed or not (a check beyond those
+    -- kept: not allowed), with the state read above; a check returned
+    -- allowed has no RetryAt.
+    IF applied THEN
+        UPDATE {{lanes}} l SET decided = p_seq, decisions = allowed WHERE l.node = p_node;
+    ELSE
+        SELECT l.decisions INTO kept FROM {{lanes}} l
+        WHERE l.node = p_node AND l.seq = p_seq AND l.decided = p_seq;
+        IF kept IS NOT NULL THEN
+            lo := 1;
+            FOR k IN 1 .. m LOOP
+                IF coalesce(kept[k], false) THEN
+                    allowed[k] := true;
+                    FOR j IN lo .. lo + c_nlim[k] - 1 LOOP
+                        st_retry[j] := 0;
+                    END LOOP;
+                END IF;
+                lo := lo + c_nlim[k];
+            END LOOP;
         END IF;
     END IF;
 END

@@ -1,0 +1,16 @@
+package postgres_test
+
+import (
+	"testing"
+
+	"github.com/ratesync/ratesync/internal/refmodel"
+	"github.com/ratesync/ratesync/strategy/postgres"
+)
+
+// TestGolden runs the golden table of internal/refmodel through a
+// synchronous namespace on PostgreSQL: every request with a cost, or
+// with an anchored window or a log, is decided by its check function, and each decision must be the table's.
+func TestGolden(t *testing.T) {
+	store, _ := newStore(t, postgres.Config{})
+	refmodel.RunGolden(t, store)
+}

@@ -1,0 +1,16 @@
+package redis_test
+
+import (
+	"testing"
+
+	"github.com/ratesync/ratesync/internal/refmodel"
+	"github.com/ratesync/ratesync/strategy/redis"
+)
+
+// TestGolden runs the golden table of internal/refmodel through a
+// synchronous namespace on Redis: every request with a cost, or with an
+// anchored window or a log, is decided by its Lua scripts, and each decision must be the table's.
+func TestGolden(t *testing.T) {
+	store, _ := newStore(t, redis.Config{})
+	refmodel.RunGolden(t, store)
+}
