@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/internal/testenv"
+)
+
+// TestDocsNodeCommands starts the node of every command line in the pages'
+// nodes blocks, one after the other, as the page shows it: its
+// configuration file, its flags and its environment, with two changes: the
+// store URLs the environment names are those of test servers, and each
+// listener is on a free port. Before that it checks the addresses the page
+// gives: no two listeners share one, and the gateway does not proxy to its
+// own listener. Each node must answer /readyz with 200; a gateway whose
+// upstream does not listen must answer 502, as docs/http-api.md says.
+func TestDocsNodeCommands(t *testing.T) {
+	var lines [][]string
+	for _, page := range docPages(t) {
+		for _, b := range pageBlocks(t, page) {
+			if b.mark != readmeNodesMark {
+				continue
+			}
+			cmds, err := shellCommands(b.commands, readmeEnv)
+			if err != nil {
+				t.Fatalf("%s:%d: %v", page, b.line, err)
+			}
+			for _, words := range cmds {
+				if strings.Join(words, " ") == readmeBuild {
+					continue // this test runs the node in process
+				}
+				lines = append(lines, words)
+			}
+		}
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no %q block in README.md or docs/", readmeNodesMark)
+	}
+	for _, words := range lines {
+		t.Run(strings.Join(words, " "), func(t *testing.T) { testDocsNodeCommand(t, words) })
+	}
+}
+
+func testDocsNodeCommand(t *testing.T, words []string) {
+	var env []string
+	for len(words) > 0 && regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=`).MatchString(words[0]) {
+		name, _, _ := strings.Cut(words[0], "=")
+		switch name {
+		case EnvRedisURL:
+			env = append(env, name+"="+testenv.NewRedis(t).URL)
+		case EnvPostgresURL:
+			env = append(env, name+"="+testenv.NewPostgres(t).URL)
+		default:
+			env = append(env, words[0])
+		}
+		words = words[1:]
+	}
+	if len(words) == 0 || words[0] != "./ratesync-node" {
+		t.Fatalf("want ./ratesync-node ARGS..., after environment assignments; got %q", words)
+	}
+	args := repoPaths(words[1:])
+	getenv := func(name string) string {
+		for _, kv := range env {
+			if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+				return v
+			}
+		}
+		return ""
+	}
+	cfg := Config{Node: NodeConfig{Listen: DefaultListen}}
+	if i := slices.Index(args, "-config"); i >= 0 && i+1 < len(args) {
+		data, err := os.ReadFile(args[i+1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg, err = parseConfig(args[i+1], data, getenv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flag := func(name, value string) string { // the last -name's value, else value
+		for i := len(args) - 2; i >= 0; i-- {
+			if args[i] == name {
+				return args[i+1]
+			}
+		}
+		return value
+	}
+	listens := map[string]string{"-listen": flag("-listen", cfg.Node.Listen)}
+	if cfg.Gateway != nil {
+		listens["-gateway-listen"] = flag("-gateway-listen", cfg.Gateway.Listen)
+		u, err := url.Parse(cfg.Gateway.Upstream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host := u.Host; host == listens["-gateway-listen"] || host == listens["-listen"] {
+			t.Errorf("gateway.upstream %s is the node's own listener %s: the gateway would proxy to itself", cfg.Gateway.Upstream, host)
+		}
+	}
+	if cfg.RLS != nil {
+		listens["-rls-listen"] = flag("-rls-listen", cfg.RLS.Listen)
+	}
+	for f, a := range listens {
+		for g, b := range listens {
+			if f < g && a == b {
+				t.Errorf("%s and %s are both %s", f, g, a)
+			}
+		}
+	}
+	for f := range listens {
+		args = append(args, f, "127.0.0.1:0")
+	}
+	base, logs, stop := runNode(t, args, env)
+	resp, err := http.Get(base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz: %d %s", resp.StatusCode, body)
+	}
+	if cfg.Gateway != nil {
+		testDocsGateway(t, cfg.Gateway.Upstream, logs)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("the node's stop: %v", err)
+	}
+}
+
+// gatewayListeningRE finds the gateway's address in the node's log, text or
+// JSON.
+var gatewayListeningRE = regexp.MustCompile(`gateway listening"?[ ,]"?url"?[=:]"?(http://[0-9.:]+)`)
+
+// testDocsGateway checks that the gateway answers 502 while nothing listens
+// on its upstream.
+func testDocsGateway(t *testing.T, upstream string, logs fmt.Stringer) {
+	var gw string
+	for deadline := time.Now().Add(10 * time.Second); gw == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := gatewayListeningRE.FindStringSubmatch(logs.String()); m != nil {
+			gw = m[1]
+		}
+	}
+	if gw == "" {
+		t.Fatalf("no gateway listening line in the log:\n%s", logs)
+	}
+	u, _ := url.Parse(upstream)
+	if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+		_ = c.Close()
+		t.Logf("something listens on the upstream %s: the gateway's 502 is not checked", u.Host)
+		return
+	}
+	resp, err := http.Get(gw + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	var p struct {
+		Status  int    `json:"status"`
+		Message string `json:"message"`
+	}
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get("Content-Type") != "application/problem+json" || json.Unmarshal(body, &p) != nil || p.Status != 502 || p.Message != "upstream unavailable" {
+		t.Errorf("the gateway, its upstream down: %d %s %s; want 502 problem+json with \"message\":\"upstream unavailable\"", resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+}
+
+// TestDocsConfigErrors writes the file of each config block as node.yaml,
+// runs the node with the block's command line, and compares what the node
+// prints as it refuses the file ("ratesync-node: " and the error, as main
+// prints it) with the page's output.
+func TestDocsConfigErrors(t *testing.T) {
+	n := 0
+	for _, page := range docPages(t) {
+		for _, b := range pageBlocks(t, page) {
+			if b.mark != readmeConfigMark {
+				continue
+			}
+			n++
+			cmds, err := shellCommands(b.commands, readmeEnv)
+			if err != nil || len(cmds) != 1 || cmds[0][0] != "./ratesync-node" {
+				t.Fatalf("%s:%d: want one command, ./ratesync-node ARGS...; got %q (%v)", page, b.line, cmds, err)
+			}
+			dir := t.TempDir()
+			file := filepath.Join(dir, "node.yaml")
+			if err := os.WriteFile(file, []byte(b.file+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := slices.Clone(cmds[0][1:])
+			for i, a := range args {
+				if a == "node.yaml" {
+					args[i] = file
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			var logs bytes.Buffer
+			err = runWithLog(ctx, args, nil, &logs)
+			cancel()
+			if err == nil {
+				t.Errorf("%s:%d: the node accepted the file; the page shows:\n%s", page, b.line, b.output)
+				continue
+			}
+			got := strings.ReplaceAll("ratesync-node: "+err.Error(), file, "node.yaml")
+			if got != b.output {
+				t.Errorf("%s:%d: the node printed\n%s\nthe page shows\n%s", page, b.line, got, b.output)
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no %q block in README.md or docs/", readmeConfigMark)
+	}
+}
