@@ -1,0 +1,220 @@
+package ratelimiting_test
+
+import (
+	"context"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratesync/ratesync/middleware"
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy/memory"
+	"github.com/ratesync/ratesync/strategy/postgres"
+	"github.com/ratesync/ratesync/strategy/redis"
+)
+
+// The Go snippets of the pages of docs/ are parts of the tests of this
+// file: a page marks each with <!-- readme-test: go NAME -->, NAME a test
+// here whose body holds the snippet's statements as shown (and this file's
+// imports the snippet's imports). TestDocsGoSnippets checks that; the tests
+// run the snippets.
+
+// docsInstance returns a local-only instance with a namespace "api" of the
+// window sizes given, closed when the test ends.
+func docsInstance(t *testing.T, sizes ...time.Duration) (context.Context, *ratelimiting.Instance) {
+	ctx := context.Background()
+	in := ratelimiting.NewInstance("docs")
+	t.Cleanup(func() { _ = in.Close(ctx) })
+	if err := in.New(namespace.Config{Name: "api", SyncRate: namespace.LocalOnly, WindowSizes: sizes}); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, in
+}
+
+// docs/library.md, Algorithms: every limit is one a namespace takes.
+func TestDocsLimits(t *testing.T) {
+	ctx, in := docsInstance(t, time.Second, time.Minute, 10*time.Minute)
+	limits := []ratelimiting.Limit{
+		{Limit: 100, Window: time.Minute},                                     // SlidingWindow
+		{Limit: 10, Window: time.Second, Algorithm: ratelimiting.FixedWindow}, // or Fixed: true
+		{Limit: 10, Window: time.Minute, Algorithm: ratelimiting.TokenBucket, Burst: 20},
+		{Limit: 2, Window: time.Second, Algorithm: ratelimiting.LeakyBucket, Burst: 4},
+		{Limit: 5, Window: 15 * time.Minute, Algorithm: ratelimiting.SlidingLog},
+		{Limit: 1000, Window: 24 * time.Hour, Algorithm: ratelimiting.AnchoredWindow},
+		{Limit: 600, Window: time.Hour, Precision: 10 * time.Minute}, // SlidingWindow over 6 sub-windows
+	}
+	for _, l := range limits {
+		if st, err := in.AllowOne(ctx, "api", "user:42", 1, l); err != nil || !st.Allowed {
+			t.Errorf("%+v: %+v, %v", l, st, err)
+		}
+	}
+}
+
+// docs/library.md, Namespaces and their configuration.
+func TestDocsNamespaceConfig(t *testing.T) {
+	in := ratelimiting.NewInstance("docs")
+	defer in.Close(context.Background())
+	store := memory.New()
+	cfg := namespace.Config{
+		Name:         "api",                                     // "default" when empty; no '|'; valid UTF-8
+		Dict:         "default",                                 // the dict the counters live in; namespaces may share one
+		SyncRate:     time.Second,                               // > 0 periodic, 0 synchronous, < 0 local only
+		Strategy:     store,                                     // required unless SyncRate < 0
+		WindowSizes:  []time.Duration{time.Second, time.Minute}, // whole ms, > 0; duplicates kept once
+		DictCapacity: 1_000_000,                                 // bound on the dict's counters (about 100 bytes each)
+		NearLimit:    false,                                     // periodic: decide near-limit keys in the store (below)
+		Clock:        namespace.StoreClock,                      // count windows in the store's time (default); NodeClock: the node's
+	}
+	if err := in.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// docs/library.md, Pointing a namespace at Redis or PostgreSQL. The stores
+// need not answer: a periodic namespace counts on the node meanwhile, and
+// PostgreSQL's schema waits for the first call that reaches the server.
+func TestDocsStores(t *testing.T) {
+	ctx := context.Background()
+	in := ratelimiting.NewInstance("docs")
+	defer func() {
+		stop, cancel := context.WithTimeout(ctx, 2*time.Second) // a final sync, if the stores answer
+		defer cancel()
+		_ = in.Close(stop)
+	}()
+
+	// Redis: any go-redis UniversalClient (standalone, Sentinel, Cluster).
+	rstore, err := redis.New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"}), redis.Config{})
+
+	// PostgreSQL: creates or migrates its schema (safe when several nodes start at once),
+	// or, when the server cannot be reached, leaves that to the first call that reaches it.
+	pool, err := pgxpool.New(ctx, "postgres://user@127.0.0.1:5432/app")
+	pstore, err := postgres.New(ctx, pool, postgres.Config{})
+
+	err = in.New(namespace.Config{Name: "api", SyncRate: time.Second, Strategy: rstore,
+		WindowSizes: []time.Duration{time.Second, time.Minute}})
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = pstore
+	pool.Close()
+}
+
+// docs/library.md, HTTP middleware.
+func TestDocsMiddleware(t *testing.T) {
+	_, instance := docsInstance(t, time.Second, time.Minute)
+	mux := http.NewServeMux()
+	apiHandler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+
+	key, err := middleware.ParseKey([]string{"header:X-Api-Key"}, middleware.KeyOptions{})
+	lim, err := middleware.New(instance, middleware.Policy{
+		Name: "api", Namespace: "api",
+		Limits: []ratelimiting.Limit{{Limit: 10, Window: time.Second, Fixed: true}, {Limit: 100, Window: time.Minute}},
+		Key:    key,
+	}, middleware.Options{})
+	mux.Handle("/api/", lim.Handler(apiHandler))
+
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := httptest.NewRequest("GET", "/api/items", nil)
+	r.Header.Set("X-Api-Key", "alice")
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, r)
+	if w.Code != http.StatusOK || w.Header().Get("X-RateLimit-Remaining") != "9" {
+		t.Errorf("%d %v", w.Code, w.Header())
+	}
+}
+
+// TestDocsGoSnippets checks that each marked Go snippet of docs/ is in the
+// test it names, as shown.
+func TestDocsGoSnippets(t *testing.T) {
+	const file = "docs_test.go"
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, src, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := func(n ast.Node) string {
+		return string(src[fset.Position(n.Pos()).Offset:fset.Position(n.End()).Offset])
+	}
+	bodies := map[string]string{} // a test's body, one tab less
+	var imports []string
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.GenDecl:
+			if d.Tok == token.IMPORT {
+				for _, l := range strings.Split(text(d), "\n") {
+					imports = append(imports, strings.TrimSpace(l))
+				}
+			}
+		case *ast.FuncDecl:
+			if strings.HasPrefix(d.Name.Name, "TestDocs") {
+				b := strings.TrimSuffix(strings.TrimPrefix(text(d.Body), "{\n"), "}")
+				bodies[d.Name.Name] = "\n" + strings.ReplaceAll(b, "\n\t", "\n")
+			}
+		}
+	}
+	pages, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mark = "<!-- readme-test: go "
+	found := 0
+	for _, page := range pages {
+		data, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := string(data)
+		for {
+			_, after, ok := strings.Cut(rest, mark)
+			if !ok {
+				break
+			}
+			name, after, _ := strings.Cut(after, " -->\n```go\n")
+			snippet, after, ok := strings.Cut(after, "\n```\n")
+			if !ok {
+				t.Fatalf("%s: %s%s -->: want a ```go block after it", page, mark, name)
+			}
+			rest = after
+			found++
+			body, ok := bodies[name]
+			if !ok {
+				t.Errorf("%s: the snippet names %s, which %s lacks", page, name, file)
+				continue
+			}
+			if strings.HasPrefix(snippet, "import (\n") {
+				decl, code, _ := strings.Cut(snippet, "\n)\n")
+				for _, l := range strings.Split(decl, "\n")[1:] {
+					if l = strings.TrimSpace(l); l != "" && !slices.Contains(imports, l) {
+						t.Errorf("%s: %s's import %s is not among %s's", page, name, l, file)
+					}
+				}
+				snippet = strings.TrimPrefix(code, "\n")
+			}
+			if !strings.Contains(body, "\n"+snippet+"\n") {
+				t.Errorf("%s: the snippet of %s is not in its body as shown.\nThe page shows:\n%s\n\n%s has:%s", page, name, snippet, name, body)
+			}
+		}
+	}
+	if found < len(bodies)-1 { // TestDocsGoSnippets itself is no snippet
+		t.Errorf("%d marked snippets in docs/, for %d tests", found, len(bodies)-1)
+	}
+}
