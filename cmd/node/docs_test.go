@@ -21,7 +21,9 @@ import (
 )
 
 // TestDocsNodeCommands starts the node of every command line in the pages'
-// nodes blocks, one after the other, as the page shows it: its
+// nodes blocks (./ratesync-node or go run ./cmd/node; a go build line is
+// this test binary, and a go test line one that .ci/run runs), one after
+// the other, as the page shows it: its
 // configuration file, its flags and its environment, with two changes: the
 // store URLs the environment names are those of test servers, and each
 // listener is on a free port. Before that it checks the addresses the page
@@ -40,8 +42,18 @@ func TestDocsNodeCommands(t *testing.T) {
 				t.Fatalf("%s:%d: %v", page, b.line, err)
 			}
 			for _, words := range cmds {
-				if strings.Join(words, " ") == readmeBuild {
+				switch line := strings.Join(words, " "); {
+				case line == readmeBuild:
 					continue // this test runs the node in process
+				case strings.HasPrefix(line, "go test "):
+					// CI runs the test command a page gives: .ci/run names it.
+					ci, err := os.ReadFile("../../.ci/run")
+					if err != nil || !strings.Contains(string(ci), "(README: "+line+")") {
+						t.Errorf("%s:%d: .ci/run does not run %q (%v)", page, b.line, line, err)
+					}
+					continue
+				case strings.HasPrefix(line, "go run ./cmd/node"):
+					words = append([]string{"./ratesync-node"}, words[3:]...)
 				}
 				lines = append(lines, words)
 			}
@@ -221,5 +233,36 @@ func TestDocsConfigErrors(t *testing.T) {
 	}
 	if n == 0 {
 		t.Errorf("no %q block in README.md or docs/", readmeConfigMark)
+	}
+}
+
+// TestDocsConfigFiles checks the pages' YAML: each config-valid block is a
+// configuration the node accepts, and each file block is part of the file
+// it names, as shown.
+func TestDocsConfigFiles(t *testing.T) {
+	n := 0
+	for _, page := range docPages(t) {
+		for _, b := range pageBlocks(t, page) {
+			switch {
+			case b.mark == readmeValidMark:
+				n++
+				if _, err := parseConfig("node.yaml", []byte(b.file+"\n"), envOf(nil)); err != nil {
+					t.Errorf("%s:%d: the node refuses the file:\n%v", page, b.line, err)
+				}
+			case strings.HasPrefix(b.mark, readmeFilePrefix):
+				n++
+				data, err := os.ReadFile(filepath.Join("..", "..", b.commands))
+				if err != nil {
+					t.Errorf("%s:%d: %v", page, b.line, err)
+					continue
+				}
+				if !strings.Contains("\n"+string(data), "\n"+b.file+"\n") {
+					t.Errorf("%s:%d: %s lacks the lines\n%s", page, b.line, b.commands, b.file)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("no %q or %q block in README.md or docs/", readmeValidMark, readmeFilePrefix+"PATH -->")
 	}
 }

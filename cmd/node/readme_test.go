@@ -44,9 +44,17 @@ const (
 //	                               ```sh block running the node with it; the
 //	                               fenced block of what the node printed as
 //	                               it refused the file (TestDocsConfigErrors)
+//	<!-- readme-test: config-valid -->
+//	                               a ```yaml block, a whole configuration
+//	                               file the node accepts
+//	                               (TestDocsConfigFiles)
+//	<!-- readme-test: file PATH -->
+//	                               a ```yaml block whose lines are lines of
+//	                               the repository's file PATH, in a row
+//	                               (TestDocsConfigFiles)
 //	<!-- readme-test: example -->  a ```go block that the ratelimiting
-//	                               package's tests check (readme_test.go
-//	                               there); skipped here
+//	<!-- readme-test: go NAME -->  package's tests check (readme_test.go and
+//	                               docs_test.go there); skipped here
 //
 // TestReadmeAPI starts, for each page with a node block, the node with the
 // page's arguments (and -listen on a free port), runs every marked command
@@ -58,13 +66,16 @@ const (
 // whose value depends on the clock (readmeClockFields); any other body
 // compared exactly.
 const (
-	readmeMarkPrefix  = "<!-- readme-test"
-	readmeNodeMark    = "<!-- readme-test: node -->"
-	readmeCurlMark    = "<!-- readme-test -->"
-	readmeExcerptMark = "<!-- readme-test: excerpt -->"
-	readmeNodesMark   = "<!-- readme-test: nodes -->"
-	readmeConfigMark  = "<!-- readme-test: config -->"
-	readmeExampleMark = "<!-- readme-test: example -->"
+	readmeMarkPrefix   = "<!-- readme-test"
+	readmeNodeMark     = "<!-- readme-test: node -->"
+	readmeCurlMark     = "<!-- readme-test -->"
+	readmeExcerptMark  = "<!-- readme-test: excerpt -->"
+	readmeNodesMark    = "<!-- readme-test: nodes -->"
+	readmeConfigMark   = "<!-- readme-test: config -->"
+	readmeExampleMark  = "<!-- readme-test: example -->"
+	readmeGoMarkPrefix = "<!-- readme-test: go "
+	readmeValidMark    = "<!-- readme-test: config-valid -->"
+	readmeFilePrefix   = "<!-- readme-test: file "
 )
 
 // readmeBuild is the build command a node block may show before the node's.
@@ -238,16 +249,21 @@ func parseReadme(readme string) ([]readmeBlock, error) {
 		b := readmeBlock{line: i + 1, mark: mark}
 		next := i + 1
 		var err error
-		switch mark {
-		case readmeExampleMark:
+		switch {
+		case mark == readmeExampleMark, strings.HasPrefix(mark, readmeGoMarkPrefix) && strings.HasSuffix(mark, " -->"):
 			_, next, err = want(next, "the block after the marker", "go")
-		case readmeNodeMark, readmeNodesMark:
+		case mark == readmeNodeMark, mark == readmeNodesMark:
 			b.commands, next, err = want(next, "the block after the marker", "sh")
-		case readmeCurlMark, readmeExcerptMark:
+		case mark == readmeCurlMark, mark == readmeExcerptMark:
 			if b.commands, next, err = want(next, "the block after the marker", "sh"); err == nil {
 				b.output, next, err = want(next, "the output after the commands", "", "text")
 			}
-		case readmeConfigMark:
+		case mark == readmeValidMark:
+			b.file, next, err = want(next, "the block after the marker", "yaml")
+		case strings.HasPrefix(mark, readmeFilePrefix) && strings.HasSuffix(mark, " -->"):
+			b.commands = strings.TrimSuffix(strings.TrimPrefix(mark, readmeFilePrefix), " -->")
+			b.file, next, err = want(next, "the block after the marker", "yaml")
+		case mark == readmeConfigMark:
 			if b.file, next, err = want(next, "the block after the marker", "yaml"); err == nil {
 				if b.commands, next, err = want(next, "the command after the file", "sh"); err == nil {
 					b.output, next, err = want(next, "the output after the command", "", "text")
