@@ -266,3 +266,75 @@ func TestDocsConfigFiles(t *testing.T) {
 		t.Errorf("no %q or %q block in README.md or docs/", readmeValidMark, readmeFilePrefix+"PATH -->")
 	}
 }
+
+// TestDocsGatewayTimeout runs a gateway in front of an upstream that never
+// answers, with gateway.timeout 200ms, and compares its answer with each
+// gateway-timeout block, whose detail gives the default timeout, 30s.
+func TestDocsGatewayTimeout(t *testing.T) {
+	var want []readmeBlock
+	for _, page := range docPages(t) {
+		for _, b := range pageBlocks(t, page) {
+			if b.mark == readmeTimeoutMark {
+				b.commands = page // for the messages
+				want = append(want, b)
+			}
+		}
+	}
+	if len(want) == 0 {
+		t.Fatalf("no %q block in README.md or docs/", readmeTimeoutMark)
+	}
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = up.Close() })
+	go func() { // accept, read, never answer
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	file := filepath.Join(t.TempDir(), "node.yaml")
+	yaml := "gateway:\n  upstream: http://" + up.Addr().String() + "\n  timeout: 200ms\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, logs, stop := runNode(t, []string{"-config", file, "-listen", "127.0.0.1:0", "-gateway-listen", "127.0.0.1:0"}, nil)
+	var gw string
+	for deadline := time.Now().Add(10 * time.Second); gw == "" && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if m := gatewayListeningRE.FindStringSubmatch(logs.String()); m != nil {
+			gw = m[1]
+		}
+	}
+	if gw == "" {
+		t.Fatalf("no gateway listening line in the log:\n%s", logs)
+	}
+	resp, err := http.Get(gw + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Errorf("the gateway answered %d, want 504", resp.StatusCode)
+	}
+	var got any
+	if err := json.Unmarshal(body, &got); err != nil {
+		t.Fatalf("the gateway's body %q: %v", body, err)
+	}
+	for _, b := range want {
+		var w any
+		if err := json.Unmarshal([]byte(strings.ReplaceAll(b.output, "(30s)", "(200ms)")), &w); err != nil {
+			t.Fatalf("%s:%d: %v", b.commands, b.line, err)
+		}
+		for _, d := range compareJSON("body", w, got) {
+			t.Errorf("%s:%d: %s\nthe page shows:\n%s\nthe gateway answered (timeout 200ms):\n%s", b.commands, b.line, d, b.output, body)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Errorf("the node's stop: %v", err)
+	}
+}

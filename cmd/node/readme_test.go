@@ -52,6 +52,10 @@ const (
 //	                               a ```yaml block whose lines are lines of
 //	                               the repository's file PATH, in a row
 //	                               (TestDocsConfigFiles)
+//	<!-- readme-test: gateway-timeout -->
+//	                               a fenced block: the gateway's answer
+//	                               when its upstream times out
+//	                               (TestDocsGatewayTimeout)
 //	<!-- readme-test: example -->  a ```go block that the ratelimiting
 //	<!-- readme-test: go NAME -->  package's tests check (readme_test.go and
 //	                               docs_test.go there); skipped here
@@ -76,6 +80,7 @@ const (
 	readmeGoMarkPrefix = "<!-- readme-test: go "
 	readmeValidMark    = "<!-- readme-test: config-valid -->"
 	readmeFilePrefix   = "<!-- readme-test: file "
+	readmeTimeoutMark  = "<!-- readme-test: gateway-timeout -->"
 )
 
 // readmeBuild is the build command a node block may show before the node's.
@@ -258,6 +263,8 @@ func parseReadme(readme string) ([]readmeBlock, error) {
 			if b.commands, next, err = want(next, "the block after the marker", "sh"); err == nil {
 				b.output, next, err = want(next, "the output after the commands", "", "text")
 			}
+		case mark == readmeTimeoutMark:
+			b.output, next, err = want(next, "the block after the marker", "", "text")
 		case mark == readmeValidMark:
 			b.file, next, err = want(next, "the block after the marker", "yaml")
 		case strings.HasPrefix(mark, readmeFilePrefix) && strings.HasSuffix(mark, " -->"):
