@@ -1,4 +1,5 @@
-package ratelimiting_test
+// Package docs_test runs the Go snippets of the pages beside it.
+package docs_test
 
 import (
 	"context"
@@ -17,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/middleware"
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
@@ -29,7 +31,10 @@ import (
 // file: a page marks each with <!-- readme-test: go NAME -->, NAME a test
 // here whose body holds the snippet's statements as shown (and this file's
 // imports the snippet's imports). TestDocsGoSnippets checks that; the tests
-// run the snippets.
+// run the snippets, against real Redis and PostgreSQL servers where they
+// name stores.
+
+func TestMain(m *testing.M) { testenv.Main(m) }
 
 // docsInstance returns a local-only instance with a namespace "api" of the
 // window sizes given, closed when the test ends.
@@ -82,34 +87,50 @@ func TestDocsNamespaceConfig(t *testing.T) {
 	}
 }
 
-// docs/library.md, Pointing a namespace at Redis or PostgreSQL. The stores
-// need not answer: a periodic namespace counts on the node meanwhile, and
-// PostgreSQL's schema waits for the first call that reaches the server.
+// docs/library.md, Pointing a namespace at Redis or PostgreSQL: a
+// periodic namespace on Redis and a synchronous one on PostgreSQL, which
+// then decide.
 func TestDocsStores(t *testing.T) {
 	ctx := context.Background()
 	in := ratelimiting.NewInstance("docs")
-	defer func() {
-		stop, cancel := context.WithTimeout(ctx, 2*time.Second) // a final sync, if the stores answer
-		defer cancel()
-		_ = in.Close(stop)
+	defer in.Close(ctx)
+	redisAddr, postgresURL := testenv.NewRedis(t).Addr, testenv.NewPostgres(t).URL
+	err := func() error {
+		// Redis: any go-redis UniversalClient (standalone, Sentinel, Cluster).
+		rstore, err := redis.New(goredis.NewClient(&goredis.Options{Addr: redisAddr}), redis.Config{})
+		if err != nil {
+			return err
+		}
+
+		// PostgreSQL (postgresURL: postgres://user:password@host:5432/db): creates or
+		// migrates its schema, safe when several nodes start at once, or, when the
+		// server cannot be reached, leaves that to the first call that reaches it.
+		pool, err := pgxpool.New(ctx, postgresURL)
+		if err != nil {
+			return err
+		}
+		pstore, err := postgres.New(ctx, pool, postgres.Config{})
+		if err != nil {
+			return err
+		}
+
+		err = in.New(namespace.Config{Name: "api", SyncRate: time.Second, Strategy: rstore,
+			WindowSizes: []time.Duration{time.Second, time.Minute}})
+		if err != nil {
+			return err
+		}
+		return in.New(namespace.Config{Name: "billing", SyncRate: namespace.Synchronous, Strategy: pstore,
+			WindowSizes: []time.Duration{time.Minute, time.Hour}})
 	}()
-
-	// Redis: any go-redis UniversalClient (standalone, Sentinel, Cluster).
-	rstore, err := redis.New(goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:6379"}), redis.Config{})
-
-	// PostgreSQL: creates or migrates its schema (safe when several nodes start at once),
-	// or, when the server cannot be reached, leaves that to the first call that reaches it.
-	pool, err := pgxpool.New(ctx, "postgres://user@127.0.0.1:5432/app")
-	pstore, err := postgres.New(ctx, pool, postgres.Config{})
-
-	err = in.New(namespace.Config{Name: "api", SyncRate: time.Second, Strategy: rstore,
-		WindowSizes: []time.Duration{time.Second, time.Minute}})
-
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = pstore
-	pool.Close()
+	for _, ns := range []string{"api", "billing"} {
+		d, err := in.Allow(ctx, ns, "user:42", 1, ratelimiting.Limit{Limit: 10, Window: time.Minute})
+		if err != nil || !d.Allowed {
+			t.Errorf("%s: %+v, %v", ns, d, err)
+		}
+	}
 }
 
 // docs/library.md, HTTP middleware.
@@ -117,15 +138,22 @@ func TestDocsMiddleware(t *testing.T) {
 	_, instance := docsInstance(t, time.Second, time.Minute)
 	mux := http.NewServeMux()
 	apiHandler := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-
-	key, err := middleware.ParseKey([]string{"header:X-Api-Key"}, middleware.KeyOptions{})
-	lim, err := middleware.New(instance, middleware.Policy{
-		Name: "api", Namespace: "api",
-		Limits: []ratelimiting.Limit{{Limit: 10, Window: time.Second, Fixed: true}, {Limit: 100, Window: time.Minute}},
-		Key:    key,
-	}, middleware.Options{})
-	mux.Handle("/api/", lim.Handler(apiHandler))
-
+	err := func() error {
+		key, err := middleware.ParseKey([]string{"header:X-Api-Key"}, middleware.KeyOptions{})
+		if err != nil {
+			return err
+		}
+		lim, err := middleware.New(instance, middleware.Policy{
+			Name: "api", Namespace: "api",
+			Limits: []ratelimiting.Limit{{Limit: 10, Window: time.Second, Fixed: true}, {Limit: 100, Window: time.Minute}},
+			Key:    key,
+		}, middleware.Options{})
+		if err != nil {
+			return err
+		}
+		mux.Handle("/api/", lim.Handler(apiHandler))
+		return nil
+	}()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,12 +194,11 @@ func TestDocsGoSnippets(t *testing.T) {
 			}
 		case *ast.FuncDecl:
 			if strings.HasPrefix(d.Name.Name, "TestDocs") {
-				b := strings.TrimSuffix(strings.TrimPrefix(text(d.Body), "{\n"), "}")
-				bodies[d.Name.Name] = "\n" + strings.ReplaceAll(b, "\n\t", "\n")
+				bodies[d.Name.Name] = "\n" + strings.TrimSuffix(strings.TrimPrefix(text(d.Body), "{\n"), "}")
 			}
 		}
 	}
-	pages, err := filepath.Glob("../docs/*.md")
+	pages, err := filepath.Glob("*.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,12 +236,23 @@ func TestDocsGoSnippets(t *testing.T) {
 				}
 				snippet = strings.TrimPrefix(code, "\n")
 			}
-			if !strings.Contains(body, "\n"+snippet+"\n") {
+			// The snippet's lines, each indented as deep as the first is in
+			// the body (one tab in the test, two in a closure).
+			in := func(indent string) bool {
+				lines := strings.Split(snippet, "\n")
+				for i, l := range lines {
+					if l != "" {
+						lines[i] = indent + l
+					}
+				}
+				return strings.Contains(body, "\n"+strings.Join(lines, "\n")+"\n")
+			}
+			if !in("\t") && !in("\t\t") {
 				t.Errorf("%s: the snippet of %s is not in its body as shown.\nThe page shows:\n%s\n\n%s has:%s", page, name, snippet, name, body)
 			}
 		}
 	}
 	if found < len(bodies)-1 { // TestDocsGoSnippets itself is no snippet
-		t.Errorf("%d marked snippets in docs/, for %d tests", found, len(bodies)-1)
+		t.Errorf("%d marked snippets in the pages, for %d tests", found, len(bodies)-1)
 	}
 }
