@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -254,5 +255,80 @@ func TestDocsGoSnippets(t *testing.T) {
 	}
 	if found < len(bodies)-1 { // TestDocsGoSnippets itself is no snippet
 		t.Errorf("%d marked snippets in the pages, for %d tests", found, len(bodies)-1)
+	}
+}
+
+// TestDocsReferences checks the references that code comments and pages
+// make to BENCHMARKS.md's numbered sections ("BENCHMARKS.md, section 12",
+// "BENCHMARKS.md §10.1", "sections 10.2 and 10.3") and to the headings of
+// these pages ("docs/guarantees.md, "Clocks""): each names one that exists.
+func TestDocsReferences(t *testing.T) {
+	bench, err := os.ReadFile("../BENCHMARKS.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sections := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^#+ ([0-9]+(?:\.[0-9]+)?)\.? `).FindAllStringSubmatch(string(bench), -1) {
+		sections[m[1]] = true
+	}
+	benchRef := regexp.MustCompile(`BENCHMARKS\.md\]?(?:\([^)]*\))?,?\s*(?:sections?|§)\s*([0-9]+(?:\.[0-9]+)?)(?:\s*(?:and|,|to)\s*([0-9]+(?:\.[0-9]+)?))?`)
+	pageRef := regexp.MustCompile(`docs/([a-z-]+\.md),\s*"([^"]+)"`)
+	comment := regexp.MustCompile(`(?m)^\s*//\s?(.*)$`)
+	var files []string
+	err = filepath.WalkDir("..", func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != ".." {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(p, ".go") || strings.HasSuffix(p, ".md") && !strings.HasSuffix(p, "BENCHMARKS.md") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		if strings.HasSuffix(f, ".go") { // its comments, lines joined
+			var b strings.Builder
+			for _, m := range comment.FindAllStringSubmatch(text, -1) {
+				b.WriteString(m[1] + " ")
+			}
+			text = b.String()
+		}
+		text = strings.Join(strings.Fields(text), " ")
+		for _, m := range benchRef.FindAllStringSubmatch(text, -1) {
+			for _, n := range m[1:] {
+				if n == "" {
+					continue
+				}
+				refs++
+				if !sections[n] {
+					t.Errorf("%s: %q: BENCHMARKS.md has no section %s", f, m[0], n)
+				}
+			}
+		}
+		for _, m := range pageRef.FindAllStringSubmatch(text, -1) {
+			refs++
+			page, err := os.ReadFile(m[1])
+			if err != nil {
+				t.Errorf("%s: %q: %v", f, m[0], err)
+				continue
+			}
+			if !regexp.MustCompile(`(?mi)^#+ ` + regexp.QuoteMeta(m[2]) + `$`).Match(page) {
+				t.Errorf("%s: %q: %s has no heading %q", f, m[0], m[1], m[2])
+			}
+		}
+	}
+	if refs == 0 {
+		t.Error("no references found: the patterns are wrong")
 	}
 }
