@@ -253,8 +253,10 @@ func TestDocsGoSnippets(t *testing.T) {
 			}
 		}
 	}
-	if found < len(bodies)-1 { // TestDocsGoSnippets itself is no snippet
-		t.Errorf("%d marked snippets in the pages, for %d tests", found, len(bodies)-1)
+	delete(bodies, "TestDocsGoSnippets") // the tests that run no snippet
+	delete(bodies, "TestDocsReferences")
+	if found < len(bodies) {
+		t.Errorf("%d marked snippets in the pages, for %d tests", found, len(bodies))
 	}
 }
 
