@@ -2,9 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +17,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/ratesync/ratesync/internal/testenv"
 )
@@ -73,9 +75,9 @@ func testDocsNodeCommand(t *testing.T, words []string) {
 	for len(words) > 0 && regexp.MustCompile(`^[A-Z_][A-Z0-9_]*=`).MatchString(words[0]) {
 		name, _, _ := strings.Cut(words[0], "=")
 		switch name {
-		case EnvRedisURL:
+		case "RATESYNC_REDIS_URL":
 			env = append(env, name+"="+testenv.NewRedis(t).URL)
-		case EnvPostgresURL:
+		case "RATESYNC_POSTGRES_URL":
 			env = append(env, name+"="+testenv.NewPostgres(t).URL)
 		default:
 			env = append(env, words[0])
@@ -86,21 +88,13 @@ func testDocsNodeCommand(t *testing.T, words []string) {
 		t.Fatalf("want ./ratesync-node ARGS..., after environment assignments; got %q", words)
 	}
 	args := repoPaths(words[1:])
-	getenv := func(name string) string {
-		for _, kv := range env {
-			if k, v, ok := strings.Cut(kv, "="); ok && k == name {
-				return v
-			}
-		}
-		return ""
-	}
-	cfg := Config{Node: NodeConfig{Listen: DefaultListen}}
+	cfg := docsListeners{Node: struct{ Listen string }{"127.0.0.1:8080"}}
 	if i := slices.Index(args, "-config"); i >= 0 && i+1 < len(args) {
 		data, err := os.ReadFile(args[i+1])
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cfg, err = parseConfig(args[i+1], data, getenv); err != nil {
+		if err := yaml.Unmarshal(data, &cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,7 +108,7 @@ func testDocsNodeCommand(t *testing.T, words []string) {
 	}
 	listens := map[string]string{"-listen": flag("-listen", cfg.Node.Listen)}
 	if cfg.Gateway != nil {
-		listens["-gateway-listen"] = flag("-gateway-listen", cfg.Gateway.Listen)
+		listens["-gateway-listen"] = flag("-gateway-listen", cmp.Or(cfg.Gateway.Listen, "127.0.0.1:8000"))
 		u, err := url.Parse(cfg.Gateway.Upstream)
 		if err != nil {
 			t.Fatal(err)
@@ -124,7 +118,7 @@ func testDocsNodeCommand(t *testing.T, words []string) {
 		}
 	}
 	if cfg.RLS != nil {
-		listens["-rls-listen"] = flag("-rls-listen", cfg.RLS.Listen)
+		listens["-rls-listen"] = flag("-rls-listen", cmp.Or(cfg.RLS.Listen, "127.0.0.1:8081"))
 	}
 	for f, a := range listens {
 		for g, b := range listens {
@@ -152,6 +146,14 @@ func testDocsNodeCommand(t *testing.T, words []string) {
 	if err := stop(); err != nil {
 		t.Errorf("the node's stop: %v", err)
 	}
+}
+
+// docsListeners is what TestDocsNodeCommands reads of a configuration file:
+// the addresses it gives, and the gateway's upstream.
+type docsListeners struct {
+	Node    struct{ Listen string }
+	Gateway *struct{ Listen, Upstream string }
+	RLS     *struct{ Listen string }
 }
 
 // gatewayListeningRE finds the gateway's address in the node's log, text or
@@ -228,8 +230,8 @@ func TestDocsConfigErrors(t *testing.T) {
 				continue
 			}
 			printed := logs.String()
-			if !errors.As(err, new(loggedError)) {
-				printed += "ratesync-node: " + err.Error() + "\n"
+			if printed == "" { // an error in the configuration: main prints it
+				printed = "ratesync-node: " + err.Error() + "\n"
 			}
 			printed = strings.ReplaceAll(printed, file, "node.yaml")
 			lines := strings.Split(strings.TrimSuffix(printed, "\n"), "\n")
@@ -269,8 +271,13 @@ func TestDocsConfigFiles(t *testing.T) {
 			switch {
 			case b.mark == readmeValidMark:
 				n++
-				if _, err := parseConfig("node.yaml", []byte(b.file+"\n"), envOf(nil)); err != nil {
-					t.Errorf("%s:%d: the node refuses the file:\n%v", page, b.line, err)
+				file := filepath.Join(t.TempDir(), "node.yaml")
+				if err := os.WriteFile(file, []byte(b.file+"\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				_, _, stop := runNode(t, []string{"-config", file, "-listen", "127.0.0.1:0"}, nil) // fails the test unless it starts
+				if err := stop(); err != nil {
+					t.Errorf("%s:%d: the node's stop: %v", page, b.line, err)
 				}
 			case strings.HasPrefix(b.mark, readmeFilePrefix):
 				n++
