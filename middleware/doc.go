@@ -6,7 +6,10 @@
 // A Limiter enforces one Policy: a namespace of the instance, the limits a
 // request is checked against (all or nothing), a key selector that names
 // the client (KeyFunc, ParseKey), the cost of a request, Kong's penalty
-// behaviour, and what to do while the namespace's store is unreachable. An
+// behaviour, and what to do while the namespace's store is unreachable. A
+// limit counts with any of ratelimiting's algorithms: a sliding window
+// counter (with Precision sub-windows or without), a fixed window, an
+// anchored window, a sliding log, a token bucket or a leaky bucket. An
 // allowed request reaches the next handler with the rate-limit headers set;
 // a denied one gets 429, a JSON body {"message": "API rate limit exceeded"}
 // and the same headers plus Retry-After.

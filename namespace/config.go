@@ -51,7 +51,8 @@ type Config struct {
 	// the cluster can admit in one sync interval and one store round trip.
 	// Far from their limits keys stay local. Costs a store round trip per
 	// request near a limit; bounds over-admission far below Kong's periodic
-	// mode (README, BENCHMARKS.md). Default off: Kong's behaviour.
+	// mode (docs/guarantees.md, "NearLimit"; BENCHMARKS.md, section 14).
+	// Default off: Kong's behaviour.
 	NearLimit bool
 	// DictCapacity bounds the counters of Dict (0: the dict's current bound,
 	// shm.DefaultCapacity for a new dict). Higher holds more keys exactly;
@@ -60,9 +61,9 @@ type Config struct {
 	// Timeout is the call timeout of a namespace with a store: the longest
 	// a request waits for the store (a synchronous decision, a near-limit
 	// check) before it is decided on the node, and the longest a sync may
-	// go unanswered before the store counts as down (see README, "The
-	// store down"). 0: the instance's (ratelimiting.WithSyncTimeout), 1s
-	// by default.
+	// go unanswered before the store counts as down (see docs/guarantees.md,
+	// "Fail open in one call timeout"). 0: the instance's
+	// (ratelimiting.WithSyncTimeout), 1s by default.
 	Timeout time.Duration
 	// Clock is the time the namespace counts windows in. StoreClock (the
 	// default) is the node's clock plus its measured offset from the

@@ -10,9 +10,9 @@ import (
 	"github.com/ratesync/ratesync/strategy/memory"
 )
 
-// The program of README.md's "The library", with a fixed clock so that its
-// output is the same on every run: a local-only namespace, Kong's increment,
-// and a decision against two limits.
+// The program of README.md's library quick start, with a fixed clock so
+// that its output is the same on every run: a local-only namespace, Kong's
+// increment, and a decision against two limits.
 func ExampleNewInstance() {
 	now := time.Date(2030, 1, 1, 12, 0, 30, 0, time.UTC) // 30 s into a minute
 	in := ratelimiting.NewInstance("my-service", ratelimiting.WithClock(func() time.Time { return now }))

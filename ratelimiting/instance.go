@@ -1,24 +1,3 @@
-// Package ratelimiting is the public face of ratesync: Kong's
-// kong.tools.public.rate-limiting library in Go. An Instance holds
-// namespaces; each namespace counts hits per key in epoch-aligned windows of
-// its configured sizes, in a node-local shm dict, and syncs them with a
-// central store (strategy) periodically, synchronously, or never, as its
-// SyncRate says.
-//
-// Increment and SlidingWindow are Kong's increment and sliding_window: they
-// add to and read a key's sliding-window rate,
-//
-//	rate = current + previous * (size - now mod size) / size
-//
-// at millisecond resolution. Allow (and Check) decide a request against one
-// or more limits at once, all or nothing, and count it only when it passes.
-// A limit counts with one of the Algorithms: sliding or fixed windows on
-// the namespace's window sizes, or token and leaky buckets (GCRA) of any
-// window. Every mode decides exactly: a request that fits exactly passes,
-// and RetryAfter is exact to the millisecond.
-//
-// ratelimiting owns the arithmetic of windows and limits; shm owns the
-// counters, syncer the traffic with the store, namespace the configuration.
 package ratelimiting
 
 import (

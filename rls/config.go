@@ -3,6 +3,12 @@
 // (envoy.service.ratelimit.v3), the rate limit that applies to it, with
 // that service's rules: its keys, its validation errors and its matching
 // order.
+//
+// A rule is upstream's fixed window of requests_per_unit per unit, unless
+// it names an algorithm, ratesync's extension key: sliding (a sliding
+// window counter), fixed, anchored (a window opened by a key's first hit),
+// sliding_log, token_bucket or leaky_bucket (with a burst). A descriptor
+// may also carry more than one rate limit (rate_limits).
 package rls
 
 import (

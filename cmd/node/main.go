@@ -9,7 +9,7 @@
 //
 //	go build -o ratesync-node ./cmd/node
 //	./ratesync-node                          # local namespace "default", 127.0.0.1:8080
-//	./ratesync-node -config node.yaml -listen 127.0.0.1:9090 -log-format json
+//	./ratesync-node -config examples/node-local.yaml -listen 127.0.0.1:9090 -log-format json
 //
 // The configuration is read in one place (internal/node/config): flags,
 // then the file, then the environment for secrets (RATESYNC_REDIS_URL,

@@ -18,29 +18,73 @@ import (
 	"time"
 )
 
-// readmePath is README.md, from this package's directory.
-const readmePath = "../../README.md"
-
-// README.md marks the commands this test runs with HTML comments, which
-// readers do not see:
-//
-//	<!-- readme-test: node -->   the next ```sh block starts the node:
-//	                             ./ratesync-node ARGS...
-//	<!-- readme-test -->         the next ```sh block holds curl commands; the
-//	                             fenced block after it is what the last one
-//	                             printed
-//
-// TestReadmeAPI starts the node in process with README's arguments (and
-// -listen on a free port), runs every marked command in README order against
-// it, and compares what curl would print with README's output: the status
-// line, the set of header names (in the case the server sent them, as curl
-// prints them), the values of the headers that do not depend on the time,
-// and the body: JSON compared field by field, except fields whose value
-// depends on the clock (readmeClockFields); any other body compared exactly.
+// readmePath is README.md, from this package's directory; docsGlob the
+// reference pages beside it.
 const (
-	readmeNodeMark = "<!-- readme-test: node -->"
-	readmeCurlMark = "<!-- readme-test -->"
+	readmePath = "../../README.md"
+	docsGlob   = "../../docs/*.md"
 )
+
+// README.md and the pages of docs/ mark the examples this file runs with
+// HTML comments, which readers do not see:
+//
+//	<!-- readme-test: node -->     the next ```sh block starts the node of
+//	                               the page: ./ratesync-node ARGS..., after
+//	                               an optional go build -o ratesync-node
+//	                               ./cmd/node
+//	<!-- readme-test -->           the next ```sh block holds curl commands;
+//	                               the fenced block after it is what the
+//	                               last one printed
+//	<!-- readme-test: excerpt -->  the same, where the fenced block holds
+//	                               some of the lines the last one printed
+//	<!-- readme-test: nodes -->    the next ```sh block holds command lines
+//	                               that start a node, each started in turn
+//	                               (TestDocsNodeCommands)
+//	<!-- readme-test: config -->   a ```yaml block, the file node.yaml; a
+//	                               ```sh block running the node with it; the
+//	                               fenced block of what the node printed as
+//	                               it refused the file (TestDocsConfigErrors)
+//	<!-- readme-test: config-valid -->
+//	                               a ```yaml block, a whole configuration
+//	                               file the node accepts
+//	                               (TestDocsConfigFiles)
+//	<!-- readme-test: file PATH -->
+//	                               a ```yaml block whose lines are lines of
+//	                               the repository's file PATH, in a row
+//	                               (TestDocsConfigFiles)
+//	<!-- readme-test: gateway-timeout -->
+//	                               a fenced block: the gateway's answer
+//	                               when its upstream times out
+//	                               (TestDocsGatewayTimeout)
+//	<!-- readme-test: example -->  a ```go block that the ratelimiting
+//	<!-- readme-test: go NAME -->  package's tests check (readme_test.go and
+//	                               docs_test.go there); skipped here
+//
+// TestReadmeAPI starts, for each page with a node block, the node with the
+// page's arguments (and -listen on a free port), runs every marked command
+// in page order against it, and compares what curl would print with the
+// page's output: the status line, the set of header names (in the case the
+// server sent them, as curl prints them), the values of the headers that do
+// not depend on the time, that a Content-Length shown is the length of the
+// body shown, and the body: JSON compared field by field, except fields
+// whose value depends on the clock (readmeClockFields); any other body
+// compared exactly.
+const (
+	readmeMarkPrefix   = "<!-- readme-test"
+	readmeNodeMark     = "<!-- readme-test: node -->"
+	readmeCurlMark     = "<!-- readme-test -->"
+	readmeExcerptMark  = "<!-- readme-test: excerpt -->"
+	readmeNodesMark    = "<!-- readme-test: nodes -->"
+	readmeConfigMark   = "<!-- readme-test: config -->"
+	readmeExampleMark  = "<!-- readme-test: example -->"
+	readmeGoMarkPrefix = "<!-- readme-test: go "
+	readmeValidMark    = "<!-- readme-test: config-valid -->"
+	readmeFilePrefix   = "<!-- readme-test: file "
+	readmeTimeoutMark  = "<!-- readme-test: gateway-timeout -->"
+)
+
+// readmeBuild is the build command a node block may show before the node's.
+const readmeBuild = "go build -o ratesync-node ./cmd/node"
 
 // readmeClockFields are the JSON fields whose values depend on when the
 // command runs (the time within the window, or a window boundary crossed
@@ -49,35 +93,74 @@ const (
 var readmeClockFields = []string{"reset_ms", "retry_after_ms", "durationUntilReset", "window_start_ms", "weight", "rate", "current", "previous", "duration_ms"}
 
 // readmeClockHeaders are the headers whose values depend on the time.
+// Content-Length does with them, and is checked against the body shown.
 var readmeClockHeaders = []string{"Date", "Content-Length", "Ratelimit", "Retry-After", "X-Ratelimit-Reset"}
 
 // readmeEnv is the environment of the node and of the commands' shell
 // variables: none set, as in a fresh shell.
 var readmeEnv = map[string]string{}
 
-// readmeBlock is one marked block of README.md.
+// readmeBlock is one marked block of a page.
 type readmeBlock struct {
-	line     int    // README line of the marker
-	node     bool   // the node's command line, not curl
+	line     int    // the page's line of the marker
+	mark     string // the marker
+	file     string // config blocks: the ```yaml block
 	commands string // the ```sh block
-	output   string // the fenced block after it (curl blocks)
+	output   string // the fenced block after it (curl and config blocks)
 }
 
-func TestReadmeAPI(t *testing.T) {
-	data, err := os.ReadFile(readmePath)
+// docPages returns README.md and the pages of docs/.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob(docsGlob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{readmePath}, pages...)
+}
+
+// pageBlocks returns the marked blocks of page.
+func pageBlocks(t *testing.T, page string) []readmeBlock {
+	t.Helper()
+	data, err := os.ReadFile(page)
 	if err != nil {
 		t.Fatal(err)
 	}
 	blocks, err := parseReadme(string(data))
 	if err != nil {
-		t.Fatalf("%s: %v", readmePath, err)
+		t.Fatalf("%s: %v", page, err)
 	}
-	if len(blocks) < 2 || !blocks[0].node {
-		t.Fatalf("%s: want a %q block and then %q blocks; found %d marked blocks", readmePath, readmeNodeMark, readmeCurlMark, len(blocks))
+	return blocks
+}
+
+func TestReadmeAPI(t *testing.T) {
+	tested := 0
+	for _, page := range docPages(t) {
+		var blocks []readmeBlock
+		for _, b := range pageBlocks(t, page) {
+			if b.mark == readmeNodeMark || b.mark == readmeCurlMark || b.mark == readmeExcerptMark {
+				blocks = append(blocks, b)
+			}
+		}
+		if len(blocks) == 0 {
+			continue
+		}
+		tested++
+		t.Run(filepath.Base(page), func(t *testing.T) { testPageAPI(t, page, blocks) })
+	}
+	if tested < 4 {
+		t.Errorf("%d pages with curl examples, want README.md, docs/http-api.md, docs/envoy.md and docs/metrics.md at least", tested)
+	}
+}
+
+// testPageAPI runs the node and curl blocks of one page.
+func testPageAPI(t *testing.T, page string, blocks []readmeBlock) {
+	if len(blocks) < 2 || blocks[0].mark != readmeNodeMark {
+		t.Fatalf("%s: want a %q block and then %q blocks; found %d marked blocks", page, readmeNodeMark, readmeCurlMark, len(blocks))
 	}
 	args, err := readmeNodeArgs(blocks[0].commands)
 	if err != nil {
-		t.Fatalf("%s:%d: %v", readmePath, blocks[0].line, err)
+		t.Fatalf("%s:%d: %v", page, blocks[0].line, err)
 	}
 	args = append(args, "-listen", "127.0.0.1:0")
 	if i := slices.Index(args, "-config"); i >= 0 && i+1 < len(args) {
@@ -91,29 +174,38 @@ func TestReadmeAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range blocks[1:] {
-		if b.node {
-			t.Fatalf("%s:%d: a second node block; one node serves every command", readmePath, b.line)
+		if b.mark == readmeNodeMark {
+			t.Fatalf("%s:%d: a second node block; one node serves every command of a page", page, b.line)
 		}
 		cmds, err := shellCommands(b.commands, readmeEnv)
 		if err != nil {
-			t.Fatalf("%s:%d: %v", readmePath, b.line, err)
+			t.Fatalf("%s:%d: %v", page, b.line, err)
 		}
 		var got curlOutput
 		for _, words := range cmds {
 			req, err := parseCurl(words)
 			if err != nil {
-				t.Fatalf("%s:%d: %v", readmePath, b.line, err)
+				t.Fatalf("%s:%d: %v", page, b.line, err)
 			}
 			if got, err = req.do(api.Host); err != nil {
-				t.Fatalf("%s:%d: %s: %v", readmePath, b.line, strings.Join(words, " "), err)
+				t.Fatalf("%s:%d: %s: %v", page, b.line, strings.Join(words, " "), err)
 			}
+		}
+		if b.mark == readmeExcerptMark {
+			lines := strings.Split(got.body, "\n")
+			for _, l := range strings.Split(b.output, "\n") {
+				if !slices.Contains(lines, l) {
+					t.Errorf("%s:%d: the node's answer lacks the line\n%s\nthe node answered:\n%s", page, b.line, l, got.text)
+				}
+			}
+			continue
 		}
 		want, err := parseCurlOutput(b.output, got.headers != nil)
 		if err != nil {
-			t.Fatalf("%s:%d: README's output: %v", readmePath, b.line, err)
+			t.Fatalf("%s:%d: the page's output: %v", page, b.line, err)
 		}
 		for _, d := range compareCurlOutput(want, got) {
-			t.Errorf("%s:%d: %s\nREADME shows:\n%s\nthe node answered:\n%s", readmePath, b.line, d, b.output, got.text)
+			t.Errorf("%s:%d: %s\nthe page shows:\n%s\nthe node answered:\n%s", page, b.line, d, b.output, got.text)
 		}
 	}
 	if err := stop(); err != nil {
@@ -121,7 +213,7 @@ func TestReadmeAPI(t *testing.T) {
 	}
 }
 
-// parseReadme returns README's marked blocks in order.
+// parseReadme returns a page's marked blocks in order.
 func parseReadme(readme string) ([]readmeBlock, error) {
 	lines := strings.Split(readme, "\n")
 	// fence returns the fenced block starting at or after line i (skipping
@@ -141,33 +233,54 @@ func parseReadme(readme string) ([]readmeBlock, error) {
 		}
 		return "", "", i, fmt.Errorf("line %d: fenced block not closed", i+1)
 	}
+	// want reads the fenced block at or after line i, of one of the info
+	// strings infos.
+	want := func(i int, what string, infos ...string) (body string, next int, err error) {
+		info, body, next, err := fence(i)
+		if err != nil {
+			return "", next, fmt.Errorf("%s: %v", what, err)
+		}
+		if !slices.Contains(infos, info) {
+			return "", next, fmt.Errorf("line %d: %s is %q, want %q", i+1, what, "```"+info, "```"+infos[0])
+		}
+		return body, next, nil
+	}
 	var blocks []readmeBlock
 	for i := 0; i < len(lines); i++ {
 		mark := strings.TrimSpace(lines[i])
-		if mark != readmeNodeMark && mark != readmeCurlMark {
-			if strings.Contains(mark, "readme-test") {
-				return nil, fmt.Errorf("line %d: unknown marker %q", i+1, mark)
-			}
+		if !strings.HasPrefix(mark, readmeMarkPrefix) {
 			continue
 		}
-		b := readmeBlock{line: i + 1, node: mark == readmeNodeMark}
-		info, body, next, err := fence(i + 1)
+		b := readmeBlock{line: i + 1, mark: mark}
+		next := i + 1
+		var err error
+		switch {
+		case mark == readmeExampleMark, strings.HasPrefix(mark, readmeGoMarkPrefix) && strings.HasSuffix(mark, " -->"):
+			_, next, err = want(next, "the block after the marker", "go")
+		case mark == readmeNodeMark, mark == readmeNodesMark:
+			b.commands, next, err = want(next, "the block after the marker", "sh")
+		case mark == readmeCurlMark, mark == readmeExcerptMark:
+			if b.commands, next, err = want(next, "the block after the marker", "sh"); err == nil {
+				b.output, next, err = want(next, "the output after the commands", "", "text")
+			}
+		case mark == readmeTimeoutMark:
+			b.output, next, err = want(next, "the block after the marker", "", "text")
+		case mark == readmeValidMark:
+			b.file, next, err = want(next, "the block after the marker", "yaml")
+		case strings.HasPrefix(mark, readmeFilePrefix) && strings.HasSuffix(mark, " -->"):
+			b.commands = strings.TrimSuffix(strings.TrimPrefix(mark, readmeFilePrefix), " -->")
+			b.file, next, err = want(next, "the block after the marker", "yaml")
+		case mark == readmeConfigMark:
+			if b.file, next, err = want(next, "the block after the marker", "yaml"); err == nil {
+				if b.commands, next, err = want(next, "the command after the file", "sh"); err == nil {
+					b.output, next, err = want(next, "the output after the command", "", "text")
+				}
+			}
+		default:
+			return nil, fmt.Errorf("line %d: unknown marker %q", i+1, mark)
+		}
 		if err != nil {
-			return nil, err
-		}
-		if info != "sh" {
-			return nil, fmt.Errorf("line %d: the block after the marker is %q, want sh", i+1, "```"+info)
-		}
-		b.commands = body
-		if !b.node {
-			info, body, next, err = fence(next)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: the output after the commands: %v", b.line, err)
-			}
-			if info != "" && info != "text" {
-				return nil, fmt.Errorf("line %d: the output block is %q, want a plain fence", b.line, "```"+info)
-			}
-			b.output = body
+			return nil, fmt.Errorf("line %d: %v", b.line, err)
 		}
 		blocks = append(blocks, b)
 		i = next - 1
@@ -175,23 +288,32 @@ func parseReadme(readme string) ([]readmeBlock, error) {
 	return blocks, nil
 }
 
-// readmeNodeArgs returns the arguments of README's node command line, with
+// readmeNodeArgs returns the arguments of a node block's command line, with
 // paths of files in the repository made relative to this directory.
 func readmeNodeArgs(block string) ([]string, error) {
 	cmds, err := shellCommands(block, readmeEnv)
 	if err != nil {
 		return nil, err
 	}
-	if len(cmds) != 1 || cmds[0][0] != "./ratesync-node" {
-		return nil, fmt.Errorf("want one command, ./ratesync-node ARGS...; got %q", cmds)
+	if len(cmds) == 2 && strings.Join(cmds[0], " ") == readmeBuild {
+		cmds = cmds[1:]
 	}
-	args := slices.Clone(cmds[0][1:])
+	if len(cmds) != 1 || cmds[0][0] != "./ratesync-node" {
+		return nil, fmt.Errorf("want one command, ./ratesync-node ARGS..., after an optional %s; got %q", readmeBuild, cmds)
+	}
+	return repoPaths(cmds[0][1:]), nil
+}
+
+// repoPaths returns args with the paths of files in the repository made
+// relative to this directory.
+func repoPaths(args []string) []string {
+	args = slices.Clone(args)
 	for i, a := range args {
 		if p := filepath.Join("..", "..", a); !strings.HasPrefix(a, "-") && fileExists(p) {
 			args[i] = p
 		}
 	}
-	return args, nil
+	return args
 }
 
 func fileExists(p string) bool {
@@ -538,6 +660,15 @@ func compareCurlOutput(want, got curlOutput) []string {
 			}
 		}
 	}
+	if w, g := headerValue(want.headers, "Content-Length"), headerValue(got.headers, "Content-Length"); w != "" && g != "" {
+		// The page shows the body without the newline that ends it, if any.
+		wl, _ := strconv.Atoi(w)
+		gl, _ := strconv.Atoi(g)
+		gb := strings.TrimSuffix(got.body, "\n")
+		if wl-len(want.body) != gl-len(gb) {
+			diffs = append(diffs, fmt.Sprintf("Content-Length %d shown for a body of %d bytes; the node sends Content-Length %d for a body of %d bytes and %d after it", wl, len(want.body), gl, len(gb), gl-len(gb)))
+		}
+	}
 	wb, gb := strings.TrimSpace(want.body), strings.TrimSpace(got.body)
 	var wj, gj any
 	if json.Unmarshal([]byte(wb), &wj) == nil {
@@ -550,6 +681,16 @@ func compareCurlOutput(want, got curlOutput) []string {
 		diffs = append(diffs, fmt.Sprintf("body %q, README shows %q", gb, wb))
 	}
 	return diffs
+}
+
+// headerValue returns the value of the header name in hs, "" if none.
+func headerValue(hs [][2]string, name string) string {
+	for _, h := range hs {
+		if strings.EqualFold(h[0], name) {
+			return h[1]
+		}
+	}
+	return ""
 }
 
 // compareJSON compares README's JSON value want with got: the same fields
