@@ -160,3 +160,21 @@ func TestSchemas(t *testing.T) {
 		}
 	}
 }
+
+// POST /json answers compact JSON, the same bytes in every build: protojson
+// alone may put a space after a separator, differently from build to build.
+func TestJSONAnswerIsCompact(t *testing.T) {
+	n := newTestNode(t, "rls:\n  config: "+rlsFile(t, strictRLSConfig)+"\n", nil)
+	w := do(n.api, "POST", "/json", `{"domain":"shop","descriptors":[{"entries":[{"key":"api_key","value":"a"}]},{"entries":[{"key":"api_key","value":"b"}]}]}`)
+	if w.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", w.Code, w.Body)
+	}
+	body := w.Body.String()
+	if strings.ContainsAny(body, " \n\t") {
+		t.Errorf("answer %q holds white space", body)
+	}
+	const wantStart = `{"overallCode":"OK","statuses":[{"code":"OK","currentLimit":{"requestsPerUnit":100,"unit":"HOUR"},"limitRemaining":99,"durationUntilReset":"`
+	if !strings.HasPrefix(body, wantStart) {
+		t.Errorf("answer %q, want it to start %q", body, wantStart)
+	}
+}

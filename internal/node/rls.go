@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -109,6 +110,13 @@ func (n *Node) handleJSON(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeProblem(w, unavailable("the response could not be encoded: "+err.Error()))
 		return
+	}
+	// protojson puts a space after some separators, differently from one
+	// build to another (on purpose: its output is not to be relied on
+	// byte for byte); compacted, the answer is the same bytes every time.
+	var compact bytes.Buffer
+	if json.Compact(&compact, out) == nil {
+		out = compact.Bytes()
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if resp.OverallCode == pb.RateLimitResponse_OVER_LIMIT {
