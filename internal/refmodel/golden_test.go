@@ -33,3 +33,7 @@ func TestGoldenLocal(t *testing.T) { refmodel.RunGolden(t, nil) }
 // TestGoldenMemory runs the golden table through a synchronous namespace on
 // the memory store, which decides every request with a cost.
 func TestGoldenMemory(t *testing.T) { refmodel.RunGolden(t, memory.New()) }
+
+// TestGoldenMemoryTogether runs the golden table on the memory store on
+// eight keys at once, several checks to a call.
+func TestGoldenMemoryTogether(t *testing.T) { refmodel.RunGoldenTogether(t, memory.New(), 8) }

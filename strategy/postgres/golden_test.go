@@ -14,3 +14,11 @@ func TestGolden(t *testing.T) {
 	store, _ := newStore(t, postgres.Config{})
 	refmodel.RunGolden(t, store)
 }
+
+// TestGoldenTogether runs the golden table on eight keys at once: the
+// syncer sends the checks of a step together, and the function decides
+// several checks in one call.
+func TestGoldenTogether(t *testing.T) {
+	store, _ := newStore(t, postgres.Config{})
+	refmodel.RunGoldenTogether(t, store, 8)
+}

@@ -14,3 +14,11 @@ func TestGolden(t *testing.T) {
 	store, _ := newStore(t, redis.Config{})
 	refmodel.RunGolden(t, store)
 }
+
+// TestGoldenTogether runs the golden table on eight keys at once: the
+// syncer sends the checks of a step together, and the scripts decide
+// several checks in one call.
+func TestGoldenTogether(t *testing.T) {
+	store, _ := newStore(t, redis.Config{})
+	refmodel.RunGoldenTogether(t, store, 8)
+}
