@@ -149,3 +149,75 @@ func inStore(t *testing.T, in *ratelimiting.Instance, ns string, keys int, c Gol
 	t.Errorf("no stats for namespace %s", ns)
 	return 0, 0
 }
+
+// RunGoldenCalls runs every case of the golden table through store's
+// CheckAndCount itself, without a node: the steps of one instant go in one
+// call, in order, so that the store decides several checks of one key in
+// one call, each seeing the ones before. Each check must pass exactly when
+// the table's step does; the rest of a decision (Remaining, Reset,
+// RetryAfter) is the node's arithmetic on the state the store returns,
+// which RunGolden checks.
+func RunGoldenCalls(t *testing.T, store strategy.Checker) {
+	g, err := LoadGolden()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, checks := 0, 0
+	for i, c := range g.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			limits := make([]strategy.CheckLimit, len(c.Limits))
+			for j, gl := range c.Limits {
+				l, err := gl.Model()
+				if err != nil {
+					t.Fatal(err)
+				}
+				limits[j] = checkLimit(l)
+			}
+			ns, node, seq := fmt.Sprintf("goldencalls%d", i), fmt.Sprintf("golden/%d", i), uint64(0)
+			for lo := 0; lo < len(c.Steps); {
+				hi := lo + 1
+				for hi < len(c.Steps) && c.Steps[hi].T == c.Steps[lo].T {
+					hi++
+				}
+				call := make([]strategy.Check, hi-lo)
+				for j, s := range c.Steps[lo:hi] {
+					call[j] = strategy.Check{Namespace: ns, Key: "k", Cost: s.Cost, Now: time.UnixMilli(c.StartMS + s.T)}
+					for _, k := range s.Limits {
+						call[j].Limits = append(call[j].Limits, limits[k])
+					}
+				}
+				seq++
+				res, err := store.CheckAndCount(context.Background(), node, seq, call)
+				if err != nil {
+					t.Fatalf("steps %d to %d: CheckAndCount: %v", lo, hi-1, err)
+				}
+				for j, r := range res {
+					if s := c.Steps[lo+j]; r.Allowed != s.Allowed {
+						t.Errorf("step %d (t %d ms, cost %v, limits %v, check %d of %d in a call): allowed %v, want %v",
+							lo+j, s.T, s.Cost, s.Limits, j+1, len(call), r.Allowed, s.Allowed)
+					}
+				}
+				calls, checks, lo = calls+1, checks+len(call), hi
+			}
+		})
+	}
+	t.Logf("%d checks in %d calls", checks, calls)
+}
+
+// checkLimit returns l as a store's check names it.
+func checkLimit(l Limit) strategy.CheckLimit {
+	cl := strategy.CheckLimit{WindowSize: l.Window, Limit: l.Limit}
+	switch l.Kind {
+	case Fixed:
+		cl.Fixed = true
+	case Precision:
+		cl.Precision = l.Precision
+	case Anchored:
+		cl.Kind = strategy.KindAnchored
+	case Log:
+		cl.Kind = strategy.KindLog
+	case Token, Leaky:
+		cl.Kind, cl.Burst = uint8(algorithms[l.Kind]), l.burst()
+	}
+	return cl
+}

@@ -37,3 +37,7 @@ func TestGoldenMemory(t *testing.T) { refmodel.RunGolden(t, memory.New()) }
 // TestGoldenMemoryTogether runs the golden table on the memory store on
 // eight keys at once, several checks to a call.
 func TestGoldenMemoryTogether(t *testing.T) { refmodel.RunGoldenTogether(t, memory.New(), 8) }
+
+// TestGoldenMemoryCalls runs the golden table through the memory store's
+// CheckAndCount, the steps of one instant in one call.
+func TestGoldenMemoryCalls(t *testing.T) { refmodel.RunGoldenCalls(t, memory.New()) }

@@ -22,3 +22,11 @@ func TestGoldenTogether(t *testing.T) {
 	store, _ := newStore(t, postgres.Config{})
 	refmodel.RunGoldenTogether(t, store, 8)
 }
+
+// TestGoldenCalls runs the golden table through CheckAndCount itself, the
+// steps of one instant in one call: the function decides several checks of
+// one key in one call.
+func TestGoldenCalls(t *testing.T) {
+	store, _ := newStore(t, postgres.Config{})
+	refmodel.RunGoldenCalls(t, store)
+}
