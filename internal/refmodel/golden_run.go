@@ -26,7 +26,7 @@ import (
 // store decides (strategy.Checker), every step with a cost above 0, or
 // with an anchored window or a log, must be its decision: one check call
 // answered by it, and no hit counted on the node.
-func RunGolden(t *testing.T, store strategy.Strategy) { runGolden(t, store, 1) }
+func RunGolden(t *testing.T, store strategy.Strategy) { runGolden(t, store, namespace.Synchronous, 1) }
 
 // RunGoldenTogether is RunGolden with each case run on keys keys at once:
 // each step asks for every key concurrently, so that a synchronous
@@ -34,10 +34,20 @@ func RunGolden(t *testing.T, store strategy.Strategy) { runGolden(t, store, 1) }
 // then decides several checks, of distinct keys, in one script or one
 // function call), and every key's decision must be the table's.
 func RunGoldenTogether(t *testing.T, store strategy.Strategy, keys int) {
-	runGolden(t, store, keys)
+	runGolden(t, store, namespace.Synchronous, keys)
 }
 
-func runGolden(t *testing.T, store strategy.Strategy, keys int) {
+// RunGoldenPeriodic runs the cases of the golden table without anchored
+// windows or logs (which a periodic namespace refuses) through a periodic
+// namespace on store, synced (pushed and read back) after each step: the
+// node decides on its view, and the store applies its diffs, buckets'
+// included (one hit per push, dated by its instant: exact), so that each
+// decision after the first rests on the store's arithmetic of pushes.
+func RunGoldenPeriodic(t *testing.T, store strategy.Strategy) { runGolden(t, store, time.Hour, 1) }
+
+// runGolden runs the golden table through a namespace of sync rate rate
+// on store (local-only when store is nil), on keys keys at once.
+func runGolden(t *testing.T, store strategy.Strategy, rate time.Duration, keys int) {
 	g, err := LoadGolden()
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +59,10 @@ func runGolden(t *testing.T, store strategy.Strategy, keys int) {
 	_, checker := store.(strategy.Checker)
 	var calls, checks atomic.Uint64
 	for i, c := range g.Cases {
+		keyed := slices.ContainsFunc(c.Limits, func(l GoldenLimit) bool { return l.Kind == "anchored" || l.Kind == "log" })
+		if rate > 0 && keyed {
+			continue
+		}
 		t.Run(c.Name, func(t *testing.T) {
 			var ms atomic.Int64
 			ms.Store(c.StartMS)
@@ -58,15 +72,19 @@ func runGolden(t *testing.T, store strategy.Strategy, keys int) {
 			ns := fmt.Sprintf("golden%d", i)
 			cfg := namespace.Config{Name: ns, SyncRate: namespace.LocalOnly, WindowSizes: windows}
 			if store != nil {
-				cfg.SyncRate, cfg.Strategy, cfg.Clock = namespace.Synchronous, store, namespace.NodeClock
+				cfg.SyncRate, cfg.Strategy, cfg.Clock = rate, store, namespace.NodeClock
 			}
 			if err := in.New(cfg); err != nil {
 				t.Fatal(err)
 			}
-			for _, msg := range runCase(in, &ms, ns, keys, c) {
+			var push func() error
+			if rate > 0 {
+				push = func() error { return in.Sync(context.Background(), ns) }
+			}
+			for _, msg := range runCase(in, &ms, ns, keys, c, push) {
 				t.Error(msg)
 			}
-			if checker {
+			if checker && rate == namespace.Synchronous {
 				n, want := inStore(t, in, ns, keys, c)
 				calls.Add(n)
 				checks.Add(want)
@@ -79,8 +97,9 @@ func runGolden(t *testing.T, store strategy.Strategy, keys int) {
 }
 
 // runCase runs the steps of c on keys keys (asked concurrently when more
-// than one) and returns what differs, step by step.
-func runCase(in *ratelimiting.Instance, ms *atomic.Int64, ns string, keys int, c GoldenCase) []string {
+// than one), calling push after each when it is set, and returns what
+// differs, step by step.
+func runCase(in *ratelimiting.Instance, ms *atomic.Int64, ns string, keys int, c GoldenCase, push func() error) []string {
 	limits := make([]Limit, len(c.Limits))
 	for i, l := range c.Limits {
 		var err error
@@ -117,6 +136,11 @@ func runCase(in *ratelimiting.Instance, ms *atomic.Int64, ns string, keys int, c
 				out = append(out, fmt.Sprintf("%s): %v", at, errs[k]))
 			} else if diff := Same(got[k], want); diff != "" {
 				out = append(out, fmt.Sprintf("%s): %s", at, diff))
+			}
+		}
+		if push != nil {
+			if err := push(); err != nil {
+				return append(out, fmt.Sprintf("step %d: Sync: %v", i, err))
 			}
 		}
 	}

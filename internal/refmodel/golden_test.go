@@ -41,3 +41,8 @@ func TestGoldenMemoryTogether(t *testing.T) { refmodel.RunGoldenTogether(t, memo
 // TestGoldenMemoryCalls runs the golden table through the memory store's
 // CheckAndCount, the steps of one instant in one call.
 func TestGoldenMemoryCalls(t *testing.T) { refmodel.RunGoldenCalls(t, memory.New()) }
+
+// TestGoldenMemoryPeriodic runs the golden table's cases of windows and
+// buckets through a periodic namespace on the memory store, synced after
+// each step.
+func TestGoldenMemoryPeriodic(t *testing.T) { refmodel.RunGoldenPeriodic(t, memory.New()) }

@@ -30,3 +30,11 @@ func TestGoldenCalls(t *testing.T) {
 	store, _ := newStore(t, redis.Config{})
 	refmodel.RunGoldenCalls(t, store)
 }
+
+// TestGoldenPeriodic runs the golden table's cases of windows and buckets
+// through a periodic namespace synced after each step: the scripts apply
+// the node's diffs, and the node decides on what they made.
+func TestGoldenPeriodic(t *testing.T) {
+	store, _ := newStore(t, redis.Config{})
+	refmodel.RunGoldenPeriodic(t, store)
+}
