@@ -66,8 +66,10 @@ func runGolden(t *testing.T, store strategy.Strategy, rate time.Duration, keys i
 		t.Run(c.Name, func(t *testing.T) {
 			var ms atomic.Int64
 			ms.Store(c.StartMS)
+			// Timeouts far beyond any store call of a busy test machine:
+			// a call that timed out would be decided on the node instead.
 			in := ratelimiting.NewInstance(t.Name(), ratelimiting.WithClock(func() time.Time { return time.UnixMilli(ms.Load()) }),
-				ratelimiting.WithLogger(slog.New(slog.DiscardHandler)))
+				ratelimiting.WithLogger(slog.New(slog.DiscardHandler)), ratelimiting.WithSyncTimeout(time.Minute, 30*time.Second))
 			defer func() { _ = in.Close(context.Background()) }()
 			ns := fmt.Sprintf("golden%d", i)
 			cfg := namespace.Config{Name: ns, SyncRate: namespace.LocalOnly, WindowSizes: windows}
