@@ -33,3 +33,16 @@ func TestGoldenLocal(t *testing.T) { refmodel.RunGolden(t, nil) }
 // TestGoldenMemory runs the golden table through a synchronous namespace on
 // the memory store, which decides every request with a cost.
 func TestGoldenMemory(t *testing.T) { refmodel.RunGolden(t, memory.New()) }
+
+// TestGoldenMemoryTogether runs the golden table on the memory store on
+// eight keys at once, several checks to a call.
+func TestGoldenMemoryTogether(t *testing.T) { refmodel.RunGoldenTogether(t, memory.New(), 8) }
+
+// TestGoldenMemoryCalls runs the golden table through the memory store's
+// CheckAndCount, the steps of one instant in one call.
+func TestGoldenMemoryCalls(t *testing.T) { refmodel.RunGoldenCalls(t, memory.New()) }
+
+// TestGoldenMemoryPeriodic runs the golden table's cases of windows and
+// buckets through a periodic namespace on the memory store, synced after
+// each step.
+func TestGoldenMemoryPeriodic(t *testing.T) { refmodel.RunGoldenPeriodic(t, memory.New()) }
