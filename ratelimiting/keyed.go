@@ -12,7 +12,7 @@ import (
 
 // Anchored windows and sliding logs: a state per key (shm.Keyed) that a
 // decision locks, judges and changes as a whole, with the arithmetic of
-// strategy/keyed.go, the very steps every store takes.
+// internal/arith, the very steps every store takes.
 
 // kgroup is the work on one anchored window or log of a Check: limits of
 // one of those algorithms and one window share it.

@@ -87,8 +87,12 @@ func lockKey(cfg Config) int64 {
 }
 
 // errNewerSchema marks a schema recorded at a version this build does not
-// know: the server's data refuses this node, as a missing privilege does.
-var errNewerSchema = errors.New("newer than this build knows")
+// know, and errOtherSchema one whose recorded migrations are not this
+// build's: the server's data refuses this node, as a missing privilege does.
+var (
+	errNewerSchema = errors.New("newer than this build knows")
+	errOtherSchema = errors.New("made by migrations this build does not have")
+)
 
 // migrate brings the schema up to the latest version in one transaction,
 // on one connection, that first takes a transaction-level advisory lock:
@@ -145,6 +149,9 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names, all
 	if current > len(all) {
 		return 0, fmt.Errorf("postgres: schema %s is at version %d, %w (%d): upgrade this node", cfg.Schema, current, errNewerSchema, len(all))
 	}
+	if err := sameMigrations(ctx, tx, cfg, n, all[:current]); err != nil {
+		return 0, err
+	}
 	for _, m := range all[current:] {
 		if _, err := tx.Exec(ctx, n.render(m.sql)); err != nil {
 			return 0, dbErr(ctx, "apply migration "+m.name, err)
@@ -157,6 +164,34 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names, all
 		return 0, dbErr(ctx, "commit migration", err)
 	}
 	return current, nil
+}
+
+// sameMigrations checks that the version table records applied, this
+// build's migrations, by name: a schema made by other migrations (a build
+// whose files differ) is refused, naming the first that differs, rather
+// than taken as current.
+func sameMigrations(ctx context.Context, tx pgx.Tx, cfg Config, n names, applied []migration) error {
+	rows, err := tx.Query(ctx, "SELECT version, name FROM "+n.versions+" ORDER BY version")
+	if err != nil {
+		return dbErr(ctx, "read the applied migrations", err)
+	}
+	recorded, err := pgx.CollectRows(rows, pgx.RowToStructByPos[struct {
+		Version int
+		Name    string
+	}])
+	if err != nil {
+		return dbErr(ctx, "read the applied migrations", err)
+	}
+	for i, m := range applied {
+		if i >= len(recorded) || recorded[i].Version != m.version || recorded[i].Name != m.name {
+			got := "nothing"
+			if i < len(recorded) {
+				got = fmt.Sprintf("%d %q", recorded[i].Version, recorded[i].Name)
+			}
+			return fmt.Errorf("postgres: schema %s, table %s: version %d should record migration %q and records %s: the schema was %w; drop its tables (or name another table) and start again", cfg.Schema, n.versions, m.version, m.name, got, errOtherSchema)
+		}
+	}
+	return nil
 }
 
 // dbErr returns ctx.Err() unchanged when ctx is done (the cause of err), and
@@ -279,7 +314,7 @@ func refused(err error) bool {
 		}
 		return true
 	}
-	return errors.Is(err, errNewerSchema)
+	return errors.Is(err, errNewerSchema) || errors.Is(err, errOtherSchema)
 }
 
 // Query, QueryRow, Exec and Begin are the pool's, once the schema is

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,4 +97,58 @@ func TestCheckKeepsItsDecisionsWithTheSeq(t *testing.T) {
 	if err != nil || res[0].Allowed || res[0].Totals[0].Current != 1 {
 		t.Fatalf("check with a push's seq 3: %+v, %v; want not allowed, current 1", res, err)
 	}
+}
+
+// A schema whose version table records other migrations than this build's
+// (a build with other files), or a later version, is refused with an
+// error that says what it records; one made by this build is taken as it
+// is, and its counts stay.
+func TestMigrateRefusesASchemaOfOtherMigrations(t *testing.T) {
+	ctx := context.Background()
+	versions := `CREATE TABLE public.ratesync_counters_migrations (
+		version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`
+	tests := []struct {
+		name     string
+		recorded string // rows of the version table
+		want     []string
+	}{
+		{"another first migration", `(1, '001_tables.sql')`, []string{`version 1 should record migration "001_schema.sql" and records 1 "001_tables.sql"`, "drop its tables"}},
+		{"a later version", `(1, '001_schema.sql'), (2, '002_next.sql')`, []string{"is at version 2", "newer than this build knows", "upgrade this node"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, pool := newDB(t)
+			if _, err := pool.Exec(ctx, versions); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pool.Exec(ctx, `INSERT INTO public.ratesync_counters_migrations (version, name) VALUES `+tt.recorded); err != nil {
+				t.Fatal(err)
+			}
+			_, err := postgres.New(ctx, pool, postgres.Config{})
+			if err == nil {
+				t.Fatal("New took the schema")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+
+	t.Run("this build's", func(t *testing.T) {
+		s, pool := newStore(t, postgres.Config{})
+		now := strategytest.Base
+		b := strategy.Batch{Node: "n", Seq: 1, Diffs: []strategy.Diff{{Namespace: "ns", Key: "k", WindowStart: arith.WindowStart(now, time.Minute), WindowSize: time.Minute, Value: 3}}}
+		if err := s.PushDiffs(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		again, err := postgres.New(ctx, pool, postgres.Config{})
+		if err != nil {
+			t.Fatalf("New on a schema this build made: %v", err)
+		}
+		if n, err := again.GetWindow(ctx, "ns", "k", arith.WindowStart(now, time.Minute), time.Minute); err != nil || n != 3 {
+			t.Fatalf("count after a second New = %v, %v; want 3", n, err)
+		}
+	})
 }

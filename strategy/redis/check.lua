@@ -62,7 +62,7 @@
 -- that did not, in order, the groups' apart by '/'), in this one atomic
 -- script. A call that does not apply counts nothing and writes nothing
 -- but the trimming of the logs it reads (which changes no decision:
--- strategy.Log.Trim at the check's now, as every store trims); its checks
+-- arith.Log.Trim at the check's now, as every store trims); its checks
 -- reply the decisions its lane record holds when the record is this very
 -- seq with decisions (a retry of the call that set it: the same checks in
 -- the same order), else 0 (an older seq, or a push's record of seq alone).
@@ -264,7 +264,7 @@ while apply and g < ng do
       end
     end
     local d = 0
-    -- windowFits (strategy.WindowFits), written out.
+    -- windowFits (arith.WindowFits), written out.
     if c and pv and (e and (c + cost) * size + pv * (size - e) <= limit * size or not e and c + cost <= limit) then
       d, counted = 1, true
       if r then
@@ -434,7 +434,7 @@ local function simple(a)
         local d = 0
         if apply then
           if c and pv then
-            -- windowFits (strategy.WindowFits), written out.
+            -- windowFits (arith.WindowFits), written out.
             local cost, size = pl.cost, pl.size
             if e and (c + cost) * size + pv * (size - e) <= pl.limit * size or not e and c + cost <= pl.limit then
               d, counted = 1, true
@@ -607,7 +607,7 @@ local function define()
   end
 
   -- windowFits reports whether cost fits a window limit
-  -- (strategy.WindowFits): the current window holds c and the previous
+  -- (arith.WindowFits): the current window holds c and the previous
   -- one pv; elapsed ms of the current window of size ms have passed (nil:
   -- a fixed window). Multiplied through by size, as the node computes it.
   local function windowFits(c, pv, cost, limit, size, elapsed)
@@ -688,7 +688,7 @@ local function define()
   end
 
   -- fits reports whether cost fits the window limit lim for field. Over d
-  -- windows (a precision limit's: d > 2) it judges as strategy.SpanFits:
+  -- windows (a precision limit's: d > 2) it judges as arith.SpanFits:
   -- windowFits of the newest count plus the ones between (summed from 0,
   -- newest first, in this order) and the oldest count.
   local function fits(lim, field, cost)

@@ -158,7 +158,7 @@ local function keyed()
     return K
   end
 
-  -- Buckets (strategy/bucket.go). A bucket is one string key of its group's
+  -- Buckets (strategy/bucket.go, internal/arith/bucket.go). A bucket is one string key of its group's
   -- shard: "at level rate", with at the Unix ms of its last change (the
   -- node's clock), level how full it was then (cost units times window ms,
   -- written '%.17g', which parses back to the very double) and rate the
@@ -167,8 +167,8 @@ local function keyed()
   -- the clock of the request that changed it (a relative TTL: the server's
   -- clock does not matter); a bucket with no key is empty.
   --
-  -- bucketLevel, bucketFits and bucketAdd are strategy.BucketLevel,
-  -- BucketFits and BucketAdd: the same operations on doubles in the same
+  -- bucketLevel, bucketFits and bucketAdd are arith.Level, BucketFits and
+  -- BucketAdd: the same operations on doubles in the same
   -- order, so that Redis decides every request as the node does.
 
   local keyedMargin = 60000 -- ms: how long a bucket, anchored window or log outlives its use
@@ -253,7 +253,7 @@ local function keyed()
     Bk = {}
   end
 
-  -- Anchored windows and sliding logs (strategy/keyed.go), in the group's
+  -- Anchored windows and sliding logs (internal/arith), in the group's
   -- shard like buckets, and like them read at most once per group and
   -- written at its end (saveAnchored, saveLogs), with relative TTLs counted
   -- from the earliest clock of the requests that changed them (ref).
@@ -265,7 +265,7 @@ local function keyed()
   -- A sliding log is two keys: a sorted set of its entries, one member
   -- "at:cost" per ms (score at; a hit of the same ms replaces it with one of
   -- the summed cost), and a string "newest sum": the newest entry's ms and
-  -- the sum of the entries' costs (strategy.Log's Sum, '%.17g'), the sum's
+  -- the sum of the entries' costs (arith.Log's Sum, '%.17g'), the sum's
   -- key numbered right after the entries'. Both expire keyedMargin after the
   -- newest entry stops weighing (newest + window). A log is trimmed when
   -- used (logTrim) and never walked whole: a hit costs O(log n) in its n
@@ -273,7 +273,7 @@ local function keyed()
   -- oldest entries only as far as it must wait (logRetry).
   --
   -- anchoredCount, anchoredAdd, logTrim, logAdd and logRetry are
-  -- strategy.AnchoredCount, AnchoredAdd, Log.Trim, Log.Add and RetryAt: the
+  -- arith.AnchoredCount, AnchoredAdd, Log.Trim, Log.Add and RetryAt: the
   -- same operations on doubles in the same order.
 
   -- Ak[h]: the state of anchored window number h of the group being run,

@@ -7,9 +7,8 @@
 -- schema-qualified names of Config before this file runs; values never are
 -- (every value in the store's statements is a bind parameter).
 --
--- The arithmetic is strategy's, in double precision, operation by
--- operation in the order strategy/bucket.go, strategy/keyed.go and
--- strategy/strategy.go write it, so that the node and the store decide
+-- The arithmetic is internal/arith's, in double precision, operation by
+-- operation in the order its functions write it, so that the node and the store decide
 -- every request the same way:
 --
 --   BucketLevel(at, level, rate, now) = max(0, level - max(0, now - at) * rate)
@@ -113,7 +112,7 @@ CREATE TABLE {{anchored}} (
 ) WITH (fillfactor = 80);
 
 -- One row per sliding log: the header. id names the log's entries; sum is
--- strategy.Log's Sum, kept by every writer as Log.Trim and Log.Add change
+-- arith.Log's Sum, kept by every writer as Log.Trim and Log.Add change
 -- it; entries is how many entries the log has (so that a trim knows when
 -- it empties the log) and newest_ms the instant of the newest one (0 and
 -- meaningless when entries is 0). Every writer of a log's entries holds
@@ -290,7 +289,7 @@ $$;
 -- its limit, and per limit the state right after its check: st_at and
 -- st_level (a bucket's At and Level, an anchored window's opening instant
 -- and count, a log's newest instant and sum; 0 for window limits) and
--- st_retry (a log that refuses a denied check: strategy.RetryAt).
+-- st_retry (a log that refuses a denied check: arith.RetryAt).
 --
 -- It runs a few statements whatever the batch's size:
 --
@@ -350,7 +349,7 @@ $$;
 -- When the lane's last seq is not below p_seq, the batch was applied
 -- before: nothing is created or counted and the state is read as it is;
 -- only the logs' headers are locked, because each check still trims its
--- logs at its Now, as strategy.Log.Trim would in the memory store, so
+-- logs at its Now, as arith.Log.Trim would in the memory store, so
 -- that a log's sum goes through the same steps in both. When the lane's
 -- seq and decided are both p_seq (a retry of the call that set them, the
 -- same checks in the same order, whose reply was lost), each check is
