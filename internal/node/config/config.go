@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,14 +78,39 @@ func (d Duration) MarshalText() ([]byte, error) {
 	return middleware.AppendWindow(nil, time.Duration(d)), nil
 }
 
-// UnmarshalYAML parses a Go duration.
+// UnmarshalYAML parses a Go duration. Its error is a *yaml.TypeError, so
+// that the decoder goes on with the other fields.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return errors.New("must be a duration like 1s, 1m, 1h")
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{errDuration.Error()}}
+	}
+	v, err := parseDuration(n.Value)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{err.Error()}}
 	}
 	*d = Duration(v)
 	return nil
+}
+
+var (
+	errDuration = errors.New("must be a duration like 1s, 1m, 1h")
+	// durationSyntax is the form of a Go duration, whatever its size.
+	durationSyntax = regexp.MustCompile(`^[-+]?((\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
+)
+
+// parseDuration parses a Go duration; a duration too large for one names
+// the largest.
+func parseDuration(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(s)
+	switch {
+	case err == nil:
+		return v, nil
+	case !durationSyntax.MatchString(s):
+		return 0, errDuration
+	case strings.HasPrefix(s, "-"):
+		return 0, fmt.Errorf("must be at least %s", time.Duration(math.MinInt64))
+	}
+	return 0, fmt.Errorf("must be at most %s (about 292 years)", time.Duration(math.MaxInt64))
 }
 
 // stringList is a list of strings that the file may also give as a single

@@ -38,7 +38,7 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		ns.applyDefaults(getenv, func(field string) bool { return set(fmt.Sprintf("namespaces[%d].%s", i, field)) })
-		if ns.DictCapacity != 0 {
+		if ns.DictCapacity > 0 { // a bad one is reported on its namespace alone
 			capacity[ns.Dict] = ns.DictCapacity
 		}
 	}
@@ -195,6 +195,9 @@ func (s *source) validate(c *Config) error {
 			s.reportValue(path+".name", ns.Name, "another namespace has this name")
 		}
 		nss[ns.Name] = s.checkNamespace(path, ns)
+		if s.invalidWithin(path) {
+			s.unsure[ns.Name] = true
+		}
 	}
 	s.checkDictCapacities(c)
 	var consumer string
@@ -278,12 +281,21 @@ func (s *source) checkRLS(r *RLSConfig, ns namespace.Config, nodeListen, gwListe
 	if !filepath.IsAbs(r.Path) && s.file != "" {
 		r.Path = filepath.Join(filepath.Dir(s.file), r.Path)
 	}
-	rules, err := LoadRLS(r.Path, ns)
-	if err != nil {
-		s.reportAs("rls.config", "rls.config", strconv.Quote(r.Config)+": "+err.Error())
-		return
+	var (
+		rules *rls.Config
+		err   error
+	)
+	if s.unsure[RLSNamespace] { // the files' own errors only: their rules' depend on the section's fields
+		rules, err = rls.LoadPath(r.Path)
+	} else {
+		rules, err = LoadRLS(r.Path, ns)
 	}
-	r.Rules = rules
+	for _, err := range joined(err) {
+		s.reportAs("rls.config", "rls.config", strconv.Quote(r.Config)+": "+err.Error())
+	}
+	if err == nil {
+		r.Rules = rules
+	}
 }
 
 // LoadRLS loads the rls configuration at path and checks its extension
@@ -395,9 +407,10 @@ func joined(err error) []error {
 
 // libError records an error a library package's Validate found about the
 // field at path, unless the node already reported one about it (a missing
-// limit is "required", not "0: must be > 0").
+// limit is "required", not "0: must be > 0") or about a field within it.
 func (s *source) libError(path, value, allowed string) {
-	if !s.reported[path] {
+	if !s.reported[path] && !s.invalidWithin(path) { // a list with an item not read is shorter
+
 		s.bad(path, value, allowed)
 	}
 }
@@ -503,8 +516,11 @@ func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namesp
 		s.report(field("key"), strings.TrimPrefix(err.Error(), "middleware: "))
 	}
 	ns, found := nss[p.Namespace]
-	if !found {
+	switch {
+	case !found:
 		s.reportValue(field("namespace"), p.Namespace, "no such namespace (namespaces: "+known+")")
+		return
+	case s.unsure[p.Namespace]: // the policy's errors depend on the namespace's fields
 		return
 	}
 	for _, err := range joined(p.Policy(nil).Validate(ns)) {

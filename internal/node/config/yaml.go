@@ -26,6 +26,8 @@ type source struct {
 	nodes    map[string]*yaml.Node
 	errs     []error
 	reported map[string]bool // paths with an error
+	invalid  map[string]bool // paths of the wrong shape (walk's errors): their values were not read
+	unsure   map[string]bool // namespaces with an invalid field: what depends on them is not checked
 	lines    map[string]int  // of each field: its key's line, or a list item's own
 	visited  int             // values walked, aliases expanded
 	stopped  bool            // walk gave up: too many values or errors
@@ -40,7 +42,7 @@ const (
 )
 
 func newSource(file string) *source {
-	return &source{file: file, nodes: map[string]*yaml.Node{}, reported: map[string]bool{}, lines: map[string]int{}}
+	return &source{file: file, nodes: map[string]*yaml.Node{}, reported: map[string]bool{}, invalid: map[string]bool{}, unsure: map[string]bool{}, lines: map[string]int{}}
 }
 
 // decode parses data into cfg: YAML syntax first, then the shape of every
@@ -63,12 +65,21 @@ func (s *source) decode(data []byte, cfg *Config) error {
 		return nil
 	}
 	s.walk(doc.Content[0], reflect.TypeFor[Config](), "", "")
-	if len(s.errs) > 0 {
+	if s.stopped {
 		return errors.Join(s.errs...)
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+	err := dec.Decode(cfg)
+	var te *yaml.TypeError
+	switch {
+	case err == nil || errors.Is(err, io.EOF):
+	case errors.As(err, &te) && len(s.errs) > 0:
+		// walk reported the fields the decoder refused, which it left
+		// empty; validation goes on without them (invalid).
+	case len(s.errs) > 0:
+		return errors.Join(s.errs...)
+	default:
 		return s.decodeError(err, doc.Content[0].Line) // not expected: walk finds what Decode refuses
 	}
 	return nil
@@ -194,11 +205,43 @@ func (s *source) text(path, def string) string {
 	return def
 }
 
+// isInvalid reports whether walk found the field at path, or one holding
+// it, of the wrong shape.
+func (s *source) isInvalid(path string) bool {
+	for len(s.invalid) > 0 && path != "" {
+		if s.invalid[path] {
+			return true
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return false
+}
+
+// invalidWithin reports whether walk found a field at or under path of
+// the wrong shape.
+func (s *source) invalidWithin(path string) bool {
+	for p := range s.invalid {
+		if p == path || strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
+			return true
+		}
+	}
+	return false
+}
+
 // report records an error about the field at path: "file:line: path: msg".
 func (s *source) report(path, msg string) { s.reportAs(path, path, msg) }
 
-// reportAs records an error about the field at path, named label.
+// reportAs records an error about the field at path, named label, unless
+// the field, or one holding it, does not have the shape it must have: its
+// value was not read, and the shape's error says why.
 func (s *source) reportAs(path, label, msg string) {
+	if s.isInvalid(path) {
+		return
+	}
 	s.reported[path] = true
 	if s.file == "" {
 		s.errs = append(s.errs, fmt.Errorf("%s: %s", label, msg))
@@ -232,6 +275,7 @@ func (s *source) fail(n *yaml.Node, path, msg string) {
 // failAt records an error at line.
 func (s *source) failAt(line int, path, msg string) {
 	s.reported[path] = true
+	s.invalid[path] = true
 	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, line, path, msg))
 }
 
@@ -293,11 +337,12 @@ func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
 	}
 	switch {
 	case t == durationType:
-		var d Duration
 		if !s.tagFits(n, t, path) {
 			return
 		}
-		if err := d.UnmarshalYAML(n); err != nil {
+		if n.Kind != yaml.ScalarNode {
+			s.fail(n, path, errDuration.Error())
+		} else if _, err := parseDuration(n.Value); err != nil {
 			s.failValue(n, path, err.Error())
 		}
 	case t.Kind() == reflect.Struct:
