@@ -310,18 +310,7 @@ var (
 // under path. oneOf lists the values a string (or each string of a list)
 // may take. A null is an empty value of any type.
 func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
-	if s.stopped {
-		return
-	}
-	s.visited++
-	switch {
-	case s.visited > maxValues:
-		s.stopped = true
-		s.fail(n, path, fmt.Sprintf("too many values: the file, aliases expanded, has more than %d", maxValues))
-		return
-	case len(s.errs) >= maxErrors:
-		s.stopped = true
-		s.errs = append(s.errs, fmt.Errorf("%s: more than %d errors; stopped", s.file, maxErrors))
+	if !s.count(n, path) {
 		return
 	}
 	if _, ok := s.lines[path]; !ok {
@@ -337,33 +326,61 @@ func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
 	}
 	switch {
 	case t == durationType:
-		if !s.tagFits(n, t, path) {
-			return
-		}
-		if n.Kind != yaml.ScalarNode {
-			s.fail(n, path, errDuration.Error())
-		} else if _, err := parseDuration(n.Value); err != nil {
-			s.failValue(n, path, err.Error())
-		}
+		s.duration(n, path)
 	case t.Kind() == reflect.Struct:
 		s.mapping(n, t, path)
 	case t == stringListType && n.Kind == yaml.ScalarNode:
 		s.scalar(n, reflect.TypeFor[string](), path, oneOf)
 	case t.Kind() == reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			s.fail(n, path, "must be a list")
-			return
-		}
-		for i, item := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			if isNull(resolve(item)) { // the decoder drops it: later items would move up
-				s.fail(item, p, "must not be empty")
-				continue
-			}
-			s.walk(item, t.Elem(), p, oneOf)
-		}
+		s.list(n, t, path, oneOf)
 	default:
 		s.scalar(n, t, path, oneOf)
+	}
+}
+
+// count counts a value walked and reports whether walking goes on: it
+// stops after maxValues values (aliases expanded) or maxErrors errors.
+func (s *source) count(n *yaml.Node, path string) bool {
+	if s.stopped {
+		return false
+	}
+	s.visited++
+	switch {
+	case s.visited > maxValues:
+		s.stopped = true
+		s.fail(n, path, fmt.Sprintf("too many values: the file, aliases expanded, has more than %d", maxValues))
+	case len(s.errs) >= maxErrors:
+		s.stopped = true
+		s.errs = append(s.errs, fmt.Errorf("%s: more than %d errors; stopped", s.file, maxErrors))
+	}
+	return !s.stopped
+}
+
+// duration checks a duration.
+func (s *source) duration(n *yaml.Node, path string) {
+	if !s.tagFits(n, durationType, path) {
+		return
+	}
+	if n.Kind != yaml.ScalarNode {
+		s.fail(n, path, errDuration.Error())
+	} else if _, err := parseDuration(n.Value); err != nil {
+		s.failValue(n, path, err.Error())
+	}
+}
+
+// list checks a list of values of t's element type, none empty.
+func (s *source) list(n *yaml.Node, t reflect.Type, path, oneOf string) {
+	if n.Kind != yaml.SequenceNode {
+		s.fail(n, path, "must be a list")
+		return
+	}
+	for i, item := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if isNull(resolve(item)) { // the decoder drops it: later items would move up
+			s.fail(item, p, "must not be empty")
+			continue
+		}
+		s.walk(item, t.Elem(), p, oneOf)
 	}
 }
 
@@ -435,23 +452,37 @@ func (s *source) scalar(n *yaml.Node, t reflect.Type, path, oneOf string) {
 	if !s.tagFits(n, t, path) {
 		return
 	}
-	var (
-		i int64
-		f float64
-		k = t.Kind()
-	)
-	switch {
-	case k == reflect.Bool && n.Tag != "!!bool":
-		s.failValue(n, path, "must be true or false")
-	case (k == reflect.Int || k == reflect.Int64) && (n.Tag != "!!int" || n.Decode(&i) != nil):
-		s.failValue(n, path, "must be a whole number")
-	case k == reflect.Float64 && (n.Tag != "!!int" && n.Tag != "!!float" || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0)):
-		s.failValue(n, path, "must be a number")
-	case k == reflect.String && oneOf != "" && !slices.Contains(strings.Fields(oneOf), n.Value):
-		s.failValue(n, path, "must be one of "+strings.ReplaceAll(oneOf, " ", ", "))
-	case n.Decode(reflect.New(t).Interface()) != nil:
+	if msg := scalarError(n, t.Kind(), oneOf); msg != "" {
+		s.failValue(n, path, msg)
+	} else if n.Decode(reflect.New(t).Interface()) != nil {
 		s.fail(n, path, "cannot be read as "+kindText(t)) // the value may be a secret
 	}
+}
+
+// scalarError returns what is wrong with the single value n for a field
+// of kind k, or "". oneOf lists the values a string may take.
+func scalarError(n *yaml.Node, k reflect.Kind, oneOf string) string {
+	switch k {
+	case reflect.Bool:
+		if n.Tag != "!!bool" {
+			return "must be true or false"
+		}
+	case reflect.Int, reflect.Int64:
+		var i int64
+		if n.Tag != "!!int" || n.Decode(&i) != nil {
+			return "must be a whole number"
+		}
+	case reflect.Float64:
+		var f float64
+		if n.Tag != "!!int" && n.Tag != "!!float" || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return "must be a number"
+		}
+	case reflect.String:
+		if oneOf != "" && !slices.Contains(strings.Fields(oneOf), n.Value) {
+			return "must be one of " + strings.ReplaceAll(oneOf, " ", ", ")
+		}
+	}
+	return ""
 }
 
 // tagFits reports whether the explicit tag of n, if any, fits a value of
