@@ -491,29 +491,28 @@ var scalarKinds = map[string]string{
 // have one. A null is an absent value.
 func scalarError(key string, v *yaml.Node) string {
 	want, ok := scalarKinds[key]
-	if !ok || v.Tag == "!!null" {
-		return ""
-	}
-	var fits bool
-	switch want {
-	case "a string":
-		fits = v.Tag == "!!str" || v.Tag == "!!int" || v.Tag == "!!bool"
-	case "true or false":
-		fits = v.Tag == "!!bool"
-	case "a number":
-		var f float64
-		fits = (v.Tag == "!!int" || v.Tag == "!!float") && v.Decode(&f) == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
-	default: // requests_per_unit
-		var n uint32
-		fits = v.Tag == "!!int" && v.Decode(&n) == nil
-	}
 	switch {
-	case fits:
+	case !ok || v.Tag == "!!null" || scalarFits(want, v):
 		return ""
 	case want == "a string" && v.Tag == "!!float":
 		return "must be a string: write it in quotes"
 	}
 	return "must be " + want
+}
+
+// scalarFits reports whether v is a value of the kind want names.
+func scalarFits(want string, v *yaml.Node) bool {
+	switch want {
+	case "a string":
+		return v.Tag == "!!str" || v.Tag == "!!int" || v.Tag == "!!bool"
+	case "true or false":
+		return v.Tag == "!!bool"
+	case "a number":
+		var f float64
+		return (v.Tag == "!!int" || v.Tag == "!!float") && v.Decode(&f) == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
+	}
+	var n uint32 // requests_per_unit
+	return v.Tag == "!!int" && v.Decode(&n) == nil
 }
 
 // load loads descriptors under lv, parent being their parents' full key.
@@ -602,33 +601,57 @@ func (lv *level) loadShare(l *fileLoad, key string, d yamlDescriptor) {
 }
 
 // rule returns the RateLimit of r, a rule of descriptor d at full; false
-// when r is invalid (its errors reported).
+// when r is invalid (its errors reported): its unit, its replaces, then
+// ratesync's extension keys.
 func (r *yamlRateLimit) rule(l *fileLoad, full string, d yamlDescriptor) (*RateLimit, bool) {
 	n := len(l.errs)
-	bad := func(msg string) { l.badAt(r.line, msg) }
-	ext := func(msg string) { bad(msg + " (a ratesync extension)") }
+	rl := &RateLimit{
+		RequestsPerUnit: r.RequestsPerUnit, Unit: r.unit(l), Unlimited: r.Unlimited, Name: r.Name,
+		ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode, FullKey: full,
+		Algorithm: Algorithm(r.Algorithm), Source: fmt.Sprintf("%s:%d", l.name, r.line),
+		Replaces: r.replaces(l),
+	}
+	r.checkExtension(l, rl)
+	if r.Burst != nil {
+		rl.Burst = *r.Burst
+	}
+	return rl, len(l.errs) == n && !l.badLines[r.line]
+}
+
+// unit returns r's unit: none when unlimited, else one of the units.
+func (r *yamlRateLimit) unit(l *fileLoad) Unit {
 	unit, valid := unitNames[strings.ToUpper(r.Unit)]
 	switch {
 	case r.Unlimited && valid:
-		bad("should not specify rate limit unit when unlimited")
+		l.badAt(r.line, "should not specify rate limit unit when unlimited")
 	case !r.Unlimited && !valid:
-		bad(fmt.Sprintf("invalid rate limit unit '%s'", r.Unit))
+		l.badAt(r.line, fmt.Sprintf("invalid rate limit unit '%s'", r.Unit))
 	}
-	rl := &RateLimit{
-		RequestsPerUnit: r.RequestsPerUnit, Unit: unit, Unlimited: r.Unlimited, Name: r.Name,
-		ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode, FullKey: full,
-		Algorithm: Algorithm(r.Algorithm), Source: fmt.Sprintf("%s:%d", l.name, r.line),
-	}
+	return unit
+}
+
+// replaces returns the names of the rules r replaces: not empty, not its
+// own.
+func (r *yamlRateLimit) replaces(l *fileLoad) []string {
+	var out []string
 	for _, rep := range r.Replaces {
 		switch {
 		case rep.Name == "":
-			bad("should not have an empty replaces entry")
+			l.badAt(r.line, "should not have an empty replaces entry")
 		case rep.Name == r.Name:
-			bad("replaces should not contain name of same descriptor")
+			l.badAt(r.line, "replaces should not contain name of same descriptor")
 		default:
-			rl.Replaces = append(rl.Replaces, rep.Name)
+			out = append(out, rep.Name)
 		}
 	}
+	return out
+}
+
+// checkExtension checks ratesync's keys of r, whose rule is rl: an
+// algorithm of the list, with requests_per_unit > 0, not on an unlimited
+// rule; a burst for buckets only, in range.
+func (r *yamlRateLimit) checkExtension(l *fileLoad, rl *RateLimit) {
+	ext := func(msg string) { l.badAt(r.line, msg+" (a ratesync extension)") }
 	switch {
 	case rl.Algorithm != Upstream && !slices.Contains(algorithms, rl.Algorithm):
 		ext(fmt.Sprintf("algorithm '%s': must be one of %s", r.Algorithm, algorithmList()))
@@ -637,16 +660,13 @@ func (r *yamlRateLimit) rule(l *fileLoad, full string, d yamlDescriptor) (*RateL
 	case rl.Algorithm != Upstream && rl.RequestsPerUnit == 0:
 		ext(fmt.Sprintf("requests_per_unit 0: must be > 0 with algorithm %s", rl.Algorithm))
 	}
-	if b := r.Burst; b != nil {
-		switch {
-		case !rl.Algorithm.Bucket():
-			ext(fmt.Sprintf("burst: only with algorithm %s or %s, not %s", TokenBucket, LeakyBucket, cmp.Or(string(rl.Algorithm), "upstream's fixed window")))
-		case !(*b > 0) || *b > 1e15:
-			ext(fmt.Sprintf("burst %v: must be a number > 0 and at most 1e15", *b))
-		}
-		rl.Burst = *b
+	switch b := r.Burst; {
+	case b == nil:
+	case !rl.Algorithm.Bucket():
+		ext(fmt.Sprintf("burst: only with algorithm %s or %s, not %s", TokenBucket, LeakyBucket, cmp.Or(string(rl.Algorithm), "upstream's fixed window")))
+	case !(*b > 0) || *b > 1e15:
+		ext(fmt.Sprintf("burst %v: must be a number > 0 and at most 1e15", *b))
 	}
-	return rl, len(l.errs) == n && !l.badLines[r.line]
 }
 
 func algorithmList() string {
