@@ -202,17 +202,26 @@ func decodeLimit(i int, l limitBody) (ratelimiting.Limit, *problem) {
 			return ratelimiting.Limit{}, p
 		}
 	}
-	if !l.Burst.set {
-		return lim, nil
+	if l.Burst.set {
+		if p := checkBurst(i, lim, l.Burst.v); p != nil {
+			return ratelimiting.Limit{}, p
+		}
+		lim.Burst = l.Burst.v
 	}
-	switch typ := config.LimitType(lim); {
-	case !config.IsBucket(typ):
-		return ratelimiting.Limit{}, invalidValue(field("burst"), formatNumber(l.Burst.v), fmt.Sprintf("only applies to type %s and %s, not %s", config.TypeTokenBucket, config.TypeLeakyBucket, typ))
-	case l.Burst.v < 0 || l.Burst.v > config.MaxNumber:
-		return ratelimiting.Limit{}, invalidValue(field("burst"), formatNumber(l.Burst.v), fmt.Sprintf("must be >= 0 (0 means the limit) and at most %g", float64(config.MaxNumber)))
-	}
-	lim.Burst = l.Burst.v
 	return lim, nil
+}
+
+// checkBurst checks limits[i].burst, b, of limit l: for buckets only, in
+// range.
+func checkBurst(i int, l ratelimiting.Limit, b float64) *problem {
+	field := func() string { return fmt.Sprintf("limits[%d].burst", i) }
+	switch typ := config.LimitType(l); {
+	case !config.IsBucket(typ):
+		return invalidValue(field(), formatNumber(b), fmt.Sprintf("only applies to type %s and %s, not %s", config.TypeTokenBucket, config.TypeLeakyBucket, typ))
+	case b < 0 || b > config.MaxNumber:
+		return invalidValue(field(), formatNumber(b), fmt.Sprintf("must be >= 0 (0 means the limit) and at most %g", float64(config.MaxNumber)))
+	}
+	return nil
 }
 
 // parseWindow parses limits[i].window, naming the field only on the error
