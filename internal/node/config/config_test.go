@@ -227,9 +227,10 @@ policies:
 }
 
 // One load reports every invalid field of a file, each at its line with
-// its value and what is allowed: the shape's errors (types, unknown
-// fields, allowed values) and the rules' alike. A field whose value could
-// not be read, and what depends on it, get no second error.
+// its value and what is allowed, in the order of the lines: the shape's
+// errors (types, unknown fields, allowed values) and the rules' alike. A
+// field whose value could not be read, and what depends on it, get no
+// second error.
 func TestConfigCollectsEveryError(t *testing.T) {
 	tests := []struct {
 		name, yaml string
@@ -265,18 +266,18 @@ policies:
     namespace: nope
     limits: [{limit: 1.5e16, window: 1s, burst: 3}]
 `, []string{
+			`test.yaml:2: node.listen: "localhost": must be host:port, like 127.0.0.1:8080`,
 			`test.yaml:3: node.max_body_bytes: "abc": must be a whole number`,
 			`test.yaml:4: node.shutdown_timeout: "9999999999h": must be at most 2562047h47m16.854775807s (about 292 years)`,
-			`test.yaml:12: namespaces[1].sync_rate: "soon": must be a duration like 1s, 1m, 1h`,
-			`test.yaml:16: policies[0].cost: "many": must be a number`,
-			`test.yaml:2: node.listen: "localhost": must be host:port, like 127.0.0.1:8080`,
 			`test.yaml:8: namespaces[0].window_sizes[1]: "1s": listed twice`,
 			`test.yaml:9: namespaces[0].dict_capacity: "-5": must be >= 0 (0 keeps the dict's bound)`,
+			`test.yaml:12: namespaces[1].sync_rate: "soon": must be a duration like 1s, 1m, 1h`,
+			`test.yaml:16: policies[0].cost: "many": must be a number`,
 			`test.yaml:18: policies[0].limits[0].limit: "0": must be a finite number > 0`,
 			`test.yaml:19: policies[0].limits[1].window: "7s": must be one of the window sizes of namespace "a": 1s, 1s`,
+			`test.yaml:24: policies[2].namespace: "nope": no such namespace (namespaces: a, b)`,
 			`test.yaml:25: policies[2].limits[0].limit: "1.5e16": must be at most 1e+15`,
 			`test.yaml:25: policies[2].limits[0].burst: "3": only applies to type token_bucket and leaky_bucket, not sliding`,
-			`test.yaml:24: policies[2].namespace: "nope": no such namespace (namespaces: a, b)`,
 		}},
 	}
 	for _, tt := range tests {

@@ -196,7 +196,7 @@ func (s *source) validate(c *Config) error {
 	if c.Gateway != nil {
 		s.checkRoutePolicies(c.Gateway, policies)
 	}
-	return errors.Join(s.errs...)
+	return s.err()
 }
 
 // checkNamespaces checks each namespace, the rls section's included, and

@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -24,13 +25,30 @@ import (
 type source struct {
 	file     string
 	nodes    map[string]*yaml.Node
-	errs     []error
+	errs     []lineError
 	reported map[string]bool // paths with an error
 	invalid  map[string]bool // paths of the wrong shape (walk's errors): their values were not read
 	unsure   map[string]bool // namespaces with an invalid field: what depends on them is not checked
 	lines    map[string]int  // of each field: its key's line, or a list item's own
 	visited  int             // values walked, aliases expanded
 	stopped  bool            // walk gave up: too many values or errors
+}
+
+// lineError is an error about the file's line.
+type lineError struct {
+	line int
+	err  error
+}
+
+// err returns the errors found, joined, in the order of their lines (the
+// shape's and the rules' of one line in the order found); nil if none.
+func (s *source) err() error {
+	slices.SortStableFunc(s.errs, func(a, b lineError) int { return cmp.Compare(a.line, b.line) })
+	errs := make([]error, len(s.errs))
+	for i, e := range s.errs {
+		errs[i] = e.err
+	}
+	return errors.Join(errs...)
 }
 
 // Bounds of walk: a file whose aliases expand to more values than
@@ -66,7 +84,7 @@ func (s *source) decode(data []byte, cfg *Config) error {
 	}
 	s.walk(doc.Content[0], reflect.TypeFor[Config](), "", "")
 	if s.stopped {
-		return errors.Join(s.errs...)
+		return s.err()
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
@@ -78,7 +96,7 @@ func (s *source) decode(data []byte, cfg *Config) error {
 		// walk reported the fields the decoder refused, which it left
 		// empty; validation goes on without them (invalid).
 	case len(s.errs) > 0:
-		return errors.Join(s.errs...)
+		return s.err()
 	default:
 		return s.decodeError(err, doc.Content[0].Line) // not expected: walk finds what Decode refuses
 	}
@@ -244,10 +262,11 @@ func (s *source) reportAs(path, label, msg string) {
 	}
 	s.reported[path] = true
 	if s.file == "" {
-		s.errs = append(s.errs, fmt.Errorf("%s: %s", label, msg))
+		s.errs = append(s.errs, lineError{0, fmt.Errorf("%s: %s", label, msg)})
 		return
 	}
-	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, s.line(path), label, msg))
+	line := s.line(path)
+	s.errs = append(s.errs, lineError{line, fmt.Errorf("%s:%d: %s: %s", s.file, line, label, msg)})
 }
 
 // reportValue records an error about the value of the field at path,
@@ -276,7 +295,7 @@ func (s *source) fail(n *yaml.Node, path, msg string) {
 func (s *source) failAt(line int, path, msg string) {
 	s.reported[path] = true
 	s.invalid[path] = true
-	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, line, path, msg))
+	s.errs = append(s.errs, lineError{line, fmt.Errorf("%s:%d: %s: %s", s.file, line, path, msg)})
 }
 
 func (s *source) failValue(n *yaml.Node, path, msg string) {
@@ -351,7 +370,7 @@ func (s *source) count(n *yaml.Node, path string) bool {
 		s.fail(n, path, fmt.Sprintf("too many values: the file, aliases expanded, has more than %d", maxValues))
 	case len(s.errs) >= maxErrors:
 		s.stopped = true
-		s.errs = append(s.errs, fmt.Errorf("%s: more than %d errors; stopped", s.file, maxErrors))
+		s.errs = append(s.errs, lineError{math.MaxInt, fmt.Errorf("%s: more than %d errors; stopped", s.file, maxErrors)})
 	}
 	return !s.stopped
 }
