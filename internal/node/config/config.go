@@ -140,6 +140,7 @@ type Config struct {
 	Gateway       *GatewayConfig    `json:"gateway,omitempty" yaml:"gateway"`
 	RLS           *RLSConfig        `json:"rls,omitempty" yaml:"rls"`
 	args          []string          // the flags Load read, for Reload
+	loaded        bool              // read by Load
 	getenv        func(string) string
 }
 
@@ -356,7 +357,7 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 		return Config{}, err
 	}
 	errs := f.override(&cfg)
-	cfg.args = slices.Clone(args)
+	cfg.args, cfg.loaded = slices.Clone(args), true
 	return cfg, errors.Join(errs...)
 }
 
@@ -509,8 +510,12 @@ func (c *Config) gatewayListen() string {
 }
 
 // Reload reads the configuration again with the flags and the
-// environment c was loaded with.
+// environment c was loaded with. A Config that Load did not return has no
+// flags to read again: Reload returns an error.
 func (c Config) Reload() (Config, error) {
+	if !c.loaded {
+		return Config{}, errors.New("config: not read by Load: nothing to read again")
+	}
 	return Load(c.args, c.Getenv, io.Discard)
 }
 

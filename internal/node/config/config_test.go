@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -555,5 +557,31 @@ func TestLimitTypes(t *testing.T) {
 		if _, ok := ParseLimitType(typ); ok {
 			t.Errorf("ParseLimitType(%q) succeeds", typ)
 		}
+	}
+}
+
+// Reload reads the file again with the flags and the environment of the
+// Load that made the configuration; a configuration Parse made has none.
+func TestReload(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(file, []byte("node: {log_level: debug}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load([]string{"-config", file, "-log-format", "json"}, envOf(map[string]string{EnvAdminToken: "tok"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("node: {log_level: warn}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	next, err := cfg.Reload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := next.Node; n.LogLevel != "warn" || n.LogFormat != "json" || n.AdminToken != "tok" {
+		t.Errorf("reloaded: %+v, want log_level warn from the file, log_format json from the flag, the token from the environment", n)
+	}
+	if _, err := testConfig(t, "", nil).Reload(); err == nil {
+		t.Error("a configuration from Parse reloaded")
 	}
 }
