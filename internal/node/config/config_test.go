@@ -281,6 +281,20 @@ policies:
 			`test.yaml:25: policies[2].limits[0].limit: "1.5e16": must be at most 1e+15`,
 			`test.yaml:25: policies[2].limits[0].burst: "3": only applies to type token_bucket and leaky_bucket, not sliding`,
 		}},
+		{"what depends on a section not read", `namespaces: {name: api}
+policies:
+  - name: p
+    namespace: api
+    limits: [{limit: 1, window: 1s}]
+  - name: [q]
+gateway:
+  upstream: http://127.0.0.1:1
+  routes: [{path: /, policy: r}]
+`, []string{
+			`test.yaml:1: namespaces: must be a list`,
+			`test.yaml:6: policies[1].name: must be a single value, not a list or a mapping`,
+			`test.yaml:6: policies[1].limits: "[]": at least one limit is required`,
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

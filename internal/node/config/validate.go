@@ -249,10 +249,11 @@ func (s *source) checkPolicies(c *Config, nss map[string]namespace.Config) map[s
 	return names
 }
 
-// checkRoutePolicies refuses a route to a policy that does not exist.
+// checkRoutePolicies refuses a route to a policy that does not exist
+// (unless a policy was not read).
 func (s *source) checkRoutePolicies(g *GatewayConfig, policies map[string]bool) {
 	for i, r := range g.Routes {
-		if r.Policy != "" && !policies[r.Policy] {
+		if r.Policy != "" && !policies[r.Policy] && !s.namesUnread("policies") {
 			s.reportValue(fmt.Sprintf("gateway.routes[%d].policy", i), r.Policy, "no such policy")
 		}
 	}
@@ -575,6 +576,8 @@ func (s *source) checkLimit(path string, l LimitConfig) {
 func (s *source) checkPolicyInNamespace(path string, p *PolicyConfig, nss map[string]namespace.Config, known string) {
 	ns, found := nss[p.Namespace]
 	switch {
+	case !found && s.namesUnread("namespaces"): // it may be the one not read
+		return
 	case !found:
 		s.reportValue(path+".namespace", p.Namespace, "no such namespace (namespaces: "+known+")")
 		return

@@ -250,6 +250,20 @@ func (s *source) invalidWithin(path string) bool {
 	return false
 }
 
+// namesUnread reports whether walk found the list at path ("namespaces",
+// "policies"), one of its items, or an item's name of the wrong shape: a
+// name the file may give was not read.
+func (s *source) namesUnread(path string) bool {
+	for p := range s.invalid {
+		rest, ok := strings.CutPrefix(p, path)
+		rest = strings.TrimSuffix(rest, ".name")
+		if ok && (rest == "" || strings.HasPrefix(rest, "[") && strings.Count(rest, "[") == 1 && strings.HasSuffix(rest, "]")) {
+			return true
+		}
+	}
+	return false
+}
+
 // report records an error about the field at path: "file:line: path: msg".
 func (s *source) report(path, msg string) { s.reportAs(path, path, msg) }
 
