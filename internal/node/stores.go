@@ -49,7 +49,7 @@ func storeID(ns *config.NamespaceConfig) string {
 }
 
 // Every store the node opens decides checks in the store: the
-// configuration is validated with that in mind (storeInConfig).
+// configuration is validated with that in mind (the config package's storeInConfig).
 var (
 	_ strategy.Checker = (*memory.Store)(nil)
 	_ strategy.Checker = (*redis.Store)(nil)

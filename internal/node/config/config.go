@@ -258,7 +258,7 @@ func ParseLimitType(s string) (ratelimiting.Algorithm, bool) {
 	return 0, false
 }
 
-// limitType returns the type of l as the node spells it.
+// LimitType returns the type of l as the node spells it.
 func LimitType(l ratelimiting.Limit) string {
 	switch {
 	case l.Algorithm == ratelimiting.TokenBucket:
