@@ -15,9 +15,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -208,13 +210,16 @@ func LoadPath(path string) (*Config, error) {
 }
 
 // Load loads files as one configuration: each file holds one domain, and
-// a domain may not appear twice.
+// a domain may not appear twice. A configuration that does not load gets
+// every error found, each a *ConfigError, joined (errors.Join).
 func Load(files []File) (*Config, error) {
 	c := &Config{domains: map[string]*level{}}
+	var errs []error
 	for _, f := range files {
-		if err := c.load(f); err != nil {
-			return nil, err
-		}
+		errs = append(errs, c.load(f)...)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	return c, nil
 }
@@ -248,39 +253,99 @@ type yamlRateLimit struct {
 	line            int
 }
 
-func (c *Config) load(f File) error {
-	bad := func(line int, msg string) error { return &ConfigError{File: f.Name, Line: line, Msg: msg} }
+// maxErrors bounds the errors reported of one file.
+const maxErrors = 100
+
+// fileLoad is one file being loaded: its errors, and the lines of the
+// mappings (descriptors, rate limits) with a value of the wrong type, whose
+// other errors would follow from it and are not reported.
+type fileLoad struct {
+	name     string
+	errs     []error
+	badLines map[int]bool
+}
+
+// bad records an error at line (0: not known).
+func (l *fileLoad) bad(line int, msg string) {
+	if len(l.errs) < maxErrors {
+		l.errs = append(l.errs, &ConfigError{File: l.name, Line: line, Msg: msg})
+	} else if len(l.errs) == maxErrors {
+		l.errs = append(l.errs, &ConfigError{File: l.name, Msg: fmt.Sprintf("more than %d errors; stopped", maxErrors)})
+	}
+}
+
+// badAt records an error about the mapping at line, unless one of its
+// values has the wrong type.
+func (l *fileLoad) badAt(line int, msg string) {
+	if !l.badLines[line] {
+		l.bad(line, msg)
+	}
+}
+
+// load loads file f into c, and returns its errors: its YAML, then its
+// keys and the types of their values, then its descriptors and rules.
+func (c *Config) load(f File) []error {
+	l := &fileLoad{name: f.Name, badLines: map[int]bool{}}
+	root, ok := l.parse(f.Data)
+	if !ok {
+		return l.errs
+	}
+	l.checkKeys(root, "")
+	y, ok := l.decode(root)
+	if !ok {
+		return l.errs
+	}
+	if y.Domain == "" {
+		l.bad(root.Line, "config file cannot have empty domain")
+		return l.errs
+	}
+	if _, dup := c.domains[y.Domain]; dup {
+		l.bad(root.Line, fmt.Sprintf("duplicate domain '%s' in config file", y.Domain))
+		return l.errs
+	}
+	d := &level{children: map[string]*level{}}
+	d.load(l, y.Domain+".", y.Descriptors)
+	if len(l.errs) == 0 {
+		c.domains[y.Domain] = d
+	}
+	return l.errs
+}
+
+// parse parses data as YAML and returns its top-level mapping.
+func (l *fileLoad) parse(data []byte) (*yaml.Node, bool) {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(f.Data, &doc); err != nil {
-		return bad(0, "error loading config file: "+err.Error())
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		l.bad(0, "error loading config file: "+err.Error())
+		return nil, false
 	}
 	if len(doc.Content) == 0 {
-		return bad(0, "config file cannot have empty domain")
+		l.bad(0, "config file cannot have empty domain")
+		return nil, false
 	}
 	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
-		return bad(root.Line, "error loading config file: the file must hold a mapping")
+		l.bad(root.Line, "error loading config file: the file must hold a mapping")
+		return nil, false
 	}
-	if err := validateKeys(root, "", bad); err != nil {
-		return err
-	}
+	return root, true
+}
+
+// decode decodes root, whose keys and values checkKeys has checked. A
+// value of the wrong type checkKeys reported is left at zero; the decoder
+// reports only what checkKeys did not.
+func (l *fileLoad) decode(root *yaml.Node) (yamlRoot, bool) {
 	var y yamlRoot
-	if err := root.Decode(&y); err != nil {
-		return bad(0, "error loading config file: "+err.Error())
+	err := root.Decode(&y)
+	var te *yaml.TypeError
+	switch {
+	case err == nil:
+	case errors.As(err, &te) && len(l.errs) > 0:
+	default:
+		l.bad(0, "error loading config file: "+err.Error())
+		return y, false
 	}
 	lines(root, y.Descriptors)
-	if y.Domain == "" {
-		return bad(root.Line, "config file cannot have empty domain")
-	}
-	if _, ok := c.domains[y.Domain]; ok {
-		return bad(root.Line, fmt.Sprintf("duplicate domain '%s' in config file", y.Domain))
-	}
-	d := &level{children: map[string]*level{}}
-	if err := d.load(f.Name, y.Domain+".", y.Descriptors, bad); err != nil {
-		return err
-	}
-	c.domains[y.Domain] = d
-	return nil
+	return y, true
 }
 
 // lines sets each descriptor's line, and its rules', from the nodes they
@@ -319,161 +384,295 @@ func child(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-// validateKeys refuses the keys envoyproxy/ratelimit refuses, and lists of
-// anything but mappings, as it does; ratesync's extension keys only where
-// they belong. in is what n is: "descriptor" or "rate_limit" ("" for
-// anything else).
-func validateKeys(n *yaml.Node, in string, bad func(int, string) error) error {
+// checkKeys reports the keys envoyproxy/ratelimit refuses, lists of
+// anything but mappings, as it does, and values of the wrong type, naming
+// the key and the value; ratesync's extension keys only where they belong.
+// in is what n is: "descriptor" or "rate_limit" ("" for anything else).
+func (l *fileLoad) checkKeys(n *yaml.Node, in string) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
-		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
-			return bad(k.Line, fmt.Sprintf("config error, key is not of type string: %v", k.Value))
-		}
-		if !validKeys[k.Value] {
-			return bad(k.Line, fmt.Sprintf("config error, unknown key '%s'", k.Value))
-		}
-		if where, ext := extensionKeys[k.Value]; ext && where != in {
-			return bad(k.Line, fmt.Sprintf("config error, key '%s' belongs in a %s (a ratesync extension)", k.Value, where))
-		}
-		if k.Value == "metadata" {
+		if !l.checkKey(k, in) || k.Value == "metadata" {
 			continue
 		}
-		inner := ""
-		switch k.Value {
-		case "descriptors":
-			inner = "descriptor"
-		case "rate_limit", "rate_limits":
-			inner = "rate_limit"
-		}
+		var typeOK bool
 		switch v.Kind {
 		case yaml.SequenceNode:
-			for _, e := range v.Content {
-				if e.Kind != yaml.MappingNode {
-					return bad(e.Line, fmt.Sprintf("config error, yaml file contains list of type other than map: %v", e.Value))
-				}
-				if err := validateKeys(e, inner, bad); err != nil {
-					return err
-				}
-			}
+			typeOK = l.checkList(k, v)
 		case yaml.MappingNode:
-			if k.Value == "rate_limits" {
-				return bad(v.Line, "config error, rate_limits must be a list of rate_limit mappings (a ratesync extension)")
-			}
-			if err := validateKeys(v, inner, bad); err != nil {
-				return err
-			}
+			typeOK = l.checkMapping(k, v)
 		case yaml.ScalarNode:
-			switch v.Tag {
-			case "!!str", "!!int", "!!bool", "!!null":
-			case "!!float":
-				if k.Value != "burst" { // upstream takes no fraction; a burst may have one
-					return bad(v.Line, "error checking config")
-				}
-			default:
-				return bad(v.Line, "error checking config")
-			}
+			typeOK = l.checkScalar(k, v)
+		}
+		if !typeOK {
+			l.badLines[n.Line] = true
 		}
 	}
-	return nil
 }
 
-// load loads descriptors under l, parent being their parents' full key.
-func (l *level) load(file, parent string, ds []yamlDescriptor, bad func(int, string) error) error {
-	for _, d := range ds {
-		if d.Key == "" {
-			return bad(d.line, "descriptor has empty key")
+// checkKey reports whether k is a key that may be in a mapping of in.
+func (l *fileLoad) checkKey(k *yaml.Node, in string) bool {
+	if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
+		l.bad(k.Line, fmt.Sprintf("config error, key is not of type string: %v", k.Value))
+		return false
+	}
+	if !validKeys[k.Value] {
+		l.bad(k.Line, fmt.Sprintf("config error, unknown key '%s'", k.Value))
+		return false
+	}
+	if where, ext := extensionKeys[k.Value]; ext && where != in {
+		l.bad(k.Line, fmt.Sprintf("config error, key '%s' belongs in a %s (a ratesync extension)", k.Value, where))
+		return false
+	}
+	return true
+}
+
+// inner is what the mappings under key k are: "descriptor", "rate_limit"
+// or "".
+func inner(k string) string {
+	switch k {
+	case "descriptors":
+		return "descriptor"
+	case "rate_limit", "rate_limits":
+		return "rate_limit"
+	}
+	return ""
+}
+
+// checkList checks the list v of key k: mappings only. It returns false
+// when k takes no list.
+func (l *fileLoad) checkList(k, v *yaml.Node) bool {
+	if _, scalar := scalarKinds[k.Value]; scalar || k.Value == "rate_limit" {
+		l.bad(v.Line, k.Value+": must be "+cmp.Or(scalarKinds[k.Value], "a mapping")+", not a list")
+		return false
+	}
+	for _, e := range v.Content {
+		if e.Kind != yaml.MappingNode {
+			l.bad(e.Line, fmt.Sprintf("config error, yaml file contains list of type other than map: %v", e.Value))
+			continue
 		}
-		key := d.Key
-		if d.Value != "" {
-			key += "_" + d.Value
+		l.checkKeys(e, inner(k.Value))
+	}
+	return true
+}
+
+// checkMapping checks the mapping v of key k. It returns false when k
+// takes no mapping.
+func (l *fileLoad) checkMapping(k, v *yaml.Node) bool {
+	switch _, scalar := scalarKinds[k.Value]; {
+	case scalar:
+		l.bad(v.Line, k.Value+": must be "+scalarKinds[k.Value]+", not a mapping")
+	case k.Value == "rate_limits":
+		l.bad(v.Line, "config error, rate_limits must be a list of rate_limit mappings (a ratesync extension)")
+	case k.Value == "descriptors" || k.Value == "replaces":
+		l.bad(v.Line, k.Value+": must be a list of mappings")
+	default:
+		l.checkKeys(v, inner(k.Value))
+		return true
+	}
+	return false
+}
+
+// checkScalar checks the single value v of key k.
+func (l *fileLoad) checkScalar(k, v *yaml.Node) bool {
+	if msg := scalarError(k.Value, v); msg != "" {
+		l.bad(v.Line, fmt.Sprintf("%s: %s: %s", k.Value, strconv.Quote(v.Value), msg))
+		return false
+	}
+	return true
+}
+
+// scalarKinds says what the value of each key with a single value must
+// be.
+var scalarKinds = map[string]string{
+	"domain": "a string", "key": "a string", "value": "a string", "unit": "a string", "name": "a string", "algorithm": "a string",
+	"requests_per_unit": "a whole number from 0 to 4294967295",
+	"unlimited":         "true or false", "shadow_mode": "true or false", "quota_mode": "true or false",
+	"detailed_metric": "true or false", "value_to_metric": "true or false", "share_threshold": "true or false",
+	"burst": "a number",
+}
+
+// scalarError returns what is wrong with v as the value of key, or "".
+// Upstream takes a number or a boolean where a string belongs (value: 200),
+// a number without a fraction where a number belongs; ratesync's burst may
+// have one. A null is an absent value.
+func scalarError(key string, v *yaml.Node) string {
+	want, ok := scalarKinds[key]
+	switch {
+	case !ok || v.Tag == "!!null" || scalarFits(want, v):
+		return ""
+	case want == "a string" && v.Tag == "!!float":
+		return "must be a string: write it in quotes"
+	}
+	return "must be " + want
+}
+
+// scalarFits reports whether v is a value of the kind want names.
+func scalarFits(want string, v *yaml.Node) bool {
+	switch want {
+	case "a string":
+		return v.Tag == "!!str" || v.Tag == "!!int" || v.Tag == "!!bool"
+	case "true or false":
+		return v.Tag == "!!bool"
+	case "a number":
+		var f float64
+		return (v.Tag == "!!int" || v.Tag == "!!float") && v.Decode(&f) == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
+	}
+	var n uint32 // requests_per_unit
+	return v.Tag == "!!int" && v.Decode(&n) == nil
+}
+
+// load loads descriptors under lv, parent being their parents' full key.
+func (lv *level) load(l *fileLoad, parent string, ds []yamlDescriptor) {
+	for _, d := range ds {
+		key, ok := d.compositeKey(l)
+		if !ok {
+			continue
 		}
 		full := parent + key
-		if _, ok := l.children[key]; ok {
-			return bad(d.line, fmt.Sprintf("duplicate descriptor composite key '%s'", full))
+		if _, dup := lv.children[key]; dup {
+			l.badAt(d.line, fmt.Sprintf("duplicate descriptor composite key '%s'", full))
+			continue
 		}
 		next := &level{children: map[string]*level{}}
-		rules := d.RateLimits
-		if d.RateLimit != nil {
-			if d.RateLimit.line == 0 {
-				d.RateLimit.line = d.line
-			}
-			rules = append([]yamlRateLimit{*d.RateLimit}, rules...)
-		}
-		for _, r := range rules {
-			rl, err := r.rule(file, full, d, bad)
-			if err != nil {
-				return err
-			}
-			if rl.Unlimited && len(rules) > 1 {
-				return bad(r.line, "an unlimited rate_limit cannot be combined with rate_limits (a ratesync extension)")
-			}
-			for _, prev := range next.limits {
-				if rl.Algorithm == Upstream && prev.Algorithm == Upstream && prev.Unit == rl.Unit {
-					return bad(r.line, fmt.Sprintf("two rate limits of '%s' count in the same %s window; give one an algorithm, or another unit", full, strings.ToLower(rl.Unit.String())))
-				}
-			}
-			next.limits = append(next.limits, rl)
-		}
-		if d.ShareThreshold {
-			if !strings.Contains(key, "*") {
-				return bad(d.line, fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", key))
-			}
-			next.share, next.pattern = true, key
-		}
+		next.loadRules(l, full, d)
+		next.loadShare(l, key, d)
 		if strings.Contains(key, "*") {
-			l.wildcards = append(l.wildcards, wildcard{key: key, parts: strings.Split(key, "*")})
+			lv.wildcards = append(lv.wildcards, wildcard{key: key, parts: strings.Split(key, "*")})
 		}
-		if err := next.load(file, full+".", d.Descriptors, bad); err != nil {
-			return err
-		}
-		l.children[key] = next
+		next.load(l, full+".", d.Descriptors)
+		lv.children[key] = next
 	}
-	return nil
 }
 
-// rule returns the RateLimit of r, a rule of descriptor d at full.
-func (r *yamlRateLimit) rule(file, full string, d yamlDescriptor, bad func(int, string) error) (*RateLimit, error) {
+// compositeKey returns d's key at its level: key, or key_value.
+func (d yamlDescriptor) compositeKey(l *fileLoad) (string, bool) {
+	if d.Key == "" {
+		l.badAt(d.line, "descriptor has empty key")
+		return "", false
+	}
+	if d.Value != "" {
+		return d.Key + "_" + d.Value, true
+	}
+	return d.Key, true
+}
+
+// loadRules loads the rules of descriptor d at full: rate_limit, then the
+// extension's rate_limits.
+func (lv *level) loadRules(l *fileLoad, full string, d yamlDescriptor) {
+	rules := d.RateLimits
+	if d.RateLimit != nil {
+		if d.RateLimit.line == 0 {
+			d.RateLimit.line = d.line
+		}
+		rules = append([]yamlRateLimit{*d.RateLimit}, rules...)
+	}
+	for _, r := range rules {
+		rl, ok := r.rule(l, full, d)
+		if !ok {
+			continue
+		}
+		if rl.Unlimited && len(rules) > 1 {
+			l.badAt(r.line, "an unlimited rate_limit cannot be combined with rate_limits (a ratesync extension)")
+			continue
+		}
+		if lv.sameWindow(rl) {
+			l.badAt(r.line, fmt.Sprintf("two rate limits of '%s' count in the same %s window; give one an algorithm, or another unit", full, strings.ToLower(rl.Unit.String())))
+			continue
+		}
+		lv.limits = append(lv.limits, rl)
+	}
+}
+
+// sameWindow reports whether lv has an upstream rule counting in the
+// window of rl, an upstream rule.
+func (lv *level) sameWindow(rl *RateLimit) bool {
+	for _, prev := range lv.limits {
+		if rl.Algorithm == Upstream && prev.Algorithm == Upstream && prev.Unit == rl.Unit {
+			return true
+		}
+	}
+	return false
+}
+
+// loadShare applies share_threshold, for wildcard keys only.
+func (lv *level) loadShare(l *fileLoad, key string, d yamlDescriptor) {
+	if !d.ShareThreshold {
+		return
+	}
+	if !strings.Contains(key, "*") {
+		l.badAt(d.line, fmt.Sprintf("share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", key))
+		return
+	}
+	lv.share, lv.pattern = true, key
+}
+
+// rule returns the RateLimit of r, a rule of descriptor d at full; false
+// when r is invalid (its errors reported): its unit, its replaces, then
+// ratesync's extension keys.
+func (r *yamlRateLimit) rule(l *fileLoad, full string, d yamlDescriptor) (*RateLimit, bool) {
+	n := len(l.errs)
+	rl := &RateLimit{
+		RequestsPerUnit: r.RequestsPerUnit, Unit: r.unit(l), Unlimited: r.Unlimited, Name: r.Name,
+		ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode, FullKey: full,
+		Algorithm: Algorithm(r.Algorithm), Source: fmt.Sprintf("%s:%d", l.name, r.line),
+		Replaces: r.replaces(l),
+	}
+	r.checkExtension(l, rl)
+	if r.Burst != nil {
+		rl.Burst = *r.Burst
+	}
+	return rl, len(l.errs) == n && !l.badLines[r.line]
+}
+
+// unit returns r's unit: none when unlimited, else one of the units.
+func (r *yamlRateLimit) unit(l *fileLoad) Unit {
 	unit, valid := unitNames[strings.ToUpper(r.Unit)]
 	switch {
 	case r.Unlimited && valid:
-		return nil, bad(r.line, "should not specify rate limit unit when unlimited")
+		l.badAt(r.line, "should not specify rate limit unit when unlimited")
 	case !r.Unlimited && !valid:
-		return nil, bad(r.line, fmt.Sprintf("invalid rate limit unit '%s'", r.Unit))
+		l.badAt(r.line, fmt.Sprintf("invalid rate limit unit '%s'", r.Unit))
 	}
-	rl := &RateLimit{
-		RequestsPerUnit: r.RequestsPerUnit, Unit: unit, Unlimited: r.Unlimited, Name: r.Name,
-		ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, QuotaMode: d.QuotaMode, FullKey: full,
-		Algorithm: Algorithm(r.Algorithm), Source: fmt.Sprintf("%s:%d", file, r.line),
-	}
+	return unit
+}
+
+// replaces returns the names of the rules r replaces: not empty, not its
+// own.
+func (r *yamlRateLimit) replaces(l *fileLoad) []string {
+	var out []string
 	for _, rep := range r.Replaces {
 		switch {
 		case rep.Name == "":
-			return nil, bad(r.line, "should not have an empty replaces entry")
+			l.badAt(r.line, "should not have an empty replaces entry")
 		case rep.Name == r.Name:
-			return nil, bad(r.line, "replaces should not contain name of same descriptor")
+			l.badAt(r.line, "replaces should not contain name of same descriptor")
+		default:
+			out = append(out, rep.Name)
 		}
-		rl.Replaces = append(rl.Replaces, rep.Name)
 	}
-	ext := func(msg string) error { return bad(r.line, msg+" (a ratesync extension)") }
-	if rl.Algorithm != Upstream && !slices.Contains(algorithms, rl.Algorithm) {
-		return nil, ext(fmt.Sprintf("algorithm '%s': must be one of %s", r.Algorithm, algorithmList()))
+	return out
+}
+
+// checkExtension checks ratesync's keys of r, whose rule is rl: an
+// algorithm of the list, with requests_per_unit > 0, not on an unlimited
+// rule; a burst for buckets only, in range.
+func (r *yamlRateLimit) checkExtension(l *fileLoad, rl *RateLimit) {
+	ext := func(msg string) { l.badAt(r.line, msg+" (a ratesync extension)") }
+	switch {
+	case rl.Algorithm != Upstream && !slices.Contains(algorithms, rl.Algorithm):
+		ext(fmt.Sprintf("algorithm '%s': must be one of %s", r.Algorithm, algorithmList()))
+	case rl.Unlimited && (rl.Algorithm != Upstream || r.Burst != nil):
+		ext("an unlimited rate_limit takes no algorithm or burst")
+	case rl.Algorithm != Upstream && rl.RequestsPerUnit == 0:
+		ext(fmt.Sprintf("requests_per_unit 0: must be > 0 with algorithm %s", rl.Algorithm))
 	}
-	if rl.Unlimited && (rl.Algorithm != Upstream || r.Burst != nil) {
-		return nil, ext("an unlimited rate_limit takes no algorithm or burst")
+	switch b := r.Burst; {
+	case b == nil:
+	case !rl.Algorithm.Bucket():
+		ext(fmt.Sprintf("burst: only with algorithm %s or %s, not %s", TokenBucket, LeakyBucket, cmp.Or(string(rl.Algorithm), "upstream's fixed window")))
+	case !(*b > 0) || *b > 1e15:
+		ext(fmt.Sprintf("burst %v: must be a number > 0 and at most 1e15", *b))
 	}
-	if rl.Algorithm != Upstream && rl.RequestsPerUnit == 0 {
-		return nil, ext(fmt.Sprintf("requests_per_unit 0: must be > 0 with algorithm %s", rl.Algorithm))
-	}
-	if b := r.Burst; b != nil {
-		switch {
-		case !rl.Algorithm.Bucket():
-			return nil, ext(fmt.Sprintf("burst: only with algorithm %s or %s, not %s", TokenBucket, LeakyBucket, cmp.Or(string(rl.Algorithm), "upstream's fixed window")))
-		case !(*b > 0) || *b > 1e15:
-			return nil, ext(fmt.Sprintf("burst %v: must be a number > 0 and at most 1e15", *b))
-		}
-		rl.Burst = *b
-	}
-	return rl, nil
 }
 
 func algorithmList() string {

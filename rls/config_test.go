@@ -133,7 +133,14 @@ func TestInvalidConfigurationsAreRefusedAsUpstreamRefusesThem(t *testing.T) {
 		{"share_threshold without a wildcard", "domain: d\ndescriptors:\n  - key: a\n    value: b\n    share_threshold: true\n", "x.yaml:3: share_threshold can only be used with wildcard values (containing '*'), but found key 'a_b'"},
 		{"unknown key", "domain: d\ndescriptors:\n  - key: a\n    ratelimit: {unit: second}\n", "x.yaml:4: config error, unknown key 'ratelimit'"},
 		{"a list of scalars", "domain: d\ndescriptors:\n  - a\n", "x.yaml:3: config error, yaml file contains list of type other than map: a"},
-		{"a float", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n", "x.yaml:4: error checking config"},
+		{"a fraction", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n", `x.yaml:4: requests_per_unit: "1.5": must be a whole number from 0 to 4294967295`},
+		{"not a number", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: abc\n", `x.yaml:6: requests_per_unit: "abc": must be a whole number from 0 to 4294967295`},
+		{"too large", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", `x.yaml:4: requests_per_unit: "4294967296": must be a whole number from 0 to 4294967295`},
+		{"negative", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n", `x.yaml:4: requests_per_unit: "-1": must be a whole number from 0 to 4294967295`},
+		{"not a boolean", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes\n", `x.yaml:4: shadow_mode: "yes": must be true or false`},
+		{"a value with a fraction", "domain: d\ndescriptors:\n  - key: a\n    value: 1.5\n", `x.yaml:4: value: "1.5": must be a string: write it in quotes`},
+		{"a key as a list", "domain: d\ndescriptors:\n  - key: [a]\n", `x.yaml:3: key: must be a string, not a list`},
+		{"a burst that is not a number", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: lots}\n", `x.yaml:4: burst: "lots": must be a number`},
 		{"not yaml", "domain: [\n", "x.yaml: error loading config file: yaml: line 1: did not find expected node content"},
 	} {
 		_, err := rls.Load([]rls.File{{Name: "x.yaml", Data: []byte(tc.yaml)}})
@@ -145,6 +152,62 @@ func TestInvalidConfigurationsAreRefusedAsUpstreamRefusesThem(t *testing.T) {
 	_, err := rls.Load([]rls.File{{Name: "a.yaml", Data: []byte("domain: d\n")}, {Name: "b.yaml", Data: []byte("domain: d\n")}})
 	if err == nil || err.Error() != "b.yaml:1: duplicate domain 'd' in config file" {
 		t.Errorf("a domain in two files: %v", err)
+	}
+}
+
+// One load reports every error of a file, each at its line; a rule whose
+// value has the wrong type gets that error alone.
+func TestEveryErrorOfAFileAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"types and rules", `domain: d
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1.5}
+  - key: b
+    rate_limit: {unit: fortnight, requests_per_unit: 1}
+  - value: v
+  - key: c
+    shadow_mode: maybe
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 0}
+  - key: d
+    ratelimit: {unit: second}
+  - key: e
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: quick}
+`, []string{
+			`x.yaml:4: requests_per_unit: "1.5": must be a whole number from 0 to 4294967295`,
+			`x.yaml:9: shadow_mode: "maybe": must be true or false`,
+			`x.yaml:12: config error, unknown key 'ratelimit'`,
+			`x.yaml:6: invalid rate limit unit 'fortnight'`,
+			`x.yaml:7: descriptor has empty key`,
+			`x.yaml:10: burst 0: must be a number > 0 and at most 1e15 (a ratesync extension)`,
+			`x.yaml:14: algorithm 'quick': must be one of sliding, fixed, anchored, sliding_log, token_bucket, leaky_bucket (a ratesync extension)`,
+		}},
+		{"nested", `domain: d
+descriptors:
+  - key: a
+    descriptors:
+      - key: b
+        rate_limit: {unit: minute, requests_per_unit: x}
+      - key: b
+      - key: b
+`, []string{
+			`x.yaml:6: requests_per_unit: "x": must be a whole number from 0 to 4294967295`,
+			`x.yaml:7: duplicate descriptor composite key 'd.a.b'`,
+			`x.yaml:8: duplicate descriptor composite key 'd.a.b'`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := rls.Load([]rls.File{{Name: "x.yaml", Data: []byte(tc.yaml)}})
+			if err == nil {
+				t.Fatal("loaded")
+			}
+			if got, want := err.Error(), strings.Join(tc.want, "\n"); got != want {
+				t.Errorf("errors:\n%s\nwant:\n%s", got, want)
+			}
+		})
 	}
 }
 

@@ -3,9 +3,10 @@ package node
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"github.com/ratesync/ratesync/internal/node/config"
 	"net/http"
 	"strings"
+
+	"github.com/ratesync/ratesync/internal/node/config"
 )
 
 // admin guards an admin endpoint. With node.admin_token set, the request

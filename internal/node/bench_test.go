@@ -249,6 +249,56 @@ func BenchmarkCheckJSONDecoders(b *testing.B) {
 	b.ReportMetric(100*ours.Seconds()/v2.Seconds(), "%v2")
 }
 
+// BenchmarkCheckJSONDecodersLoopback is BenchmarkCheckJSONDecoders over
+// real HTTP on loopback, with one keep-alive client: the decoder's share of
+// what a client of the node sees.
+//
+//	go test -run=^$ -bench=CheckJSONDecodersLoopback -benchtime=50000x -count=6 ./internal/node
+func BenchmarkCheckJSONDecodersLoopback(b *testing.B) {
+	n := newTestNode(b, "", nil)
+	bodies := benchBodies()
+	srv := httptest.NewServer(n.api)
+	b.Cleanup(srv.Close)
+	b.Cleanup(func() { checkBodyDecoder = decodeCheckBody })
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}, Timeout: 10 * time.Second}
+	b.Cleanup(client.CloseIdleConnections)
+	i := 0
+	post := func(c int) {
+		for range c {
+			resp, err := client.Post(srv.URL+"/v1/check", "application/json", bytes.NewReader(bodies[i%len(bodies)]))
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Fatalf("status %d", resp.StatusCode)
+			}
+			i++
+		}
+	}
+	for _, dec := range []func([]byte, *checkState) *problem{decodeCheckBody, decodeCheckBodyV2} {
+		checkBodyDecoder = dec
+		post(len(bodies))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	var ours, v2 time.Duration
+	for done := 0; done < b.N; done += benchChunk {
+		c := min(benchChunk, b.N-done)
+		checkBodyDecoder = decodeCheckBody
+		t0 := time.Now()
+		post(c)
+		t1 := time.Now()
+		checkBodyDecoder = decodeCheckBodyV2
+		post(c)
+		ours, v2 = ours+t1.Sub(t0), v2+time.Since(t1)
+	}
+	b.ReportMetric(float64(ours.Nanoseconds())/float64(b.N), "ns/op")
+	b.ReportMetric(float64(v2.Nanoseconds())/float64(b.N), "v2-ns/op")
+	b.ReportMetric(100*ours.Seconds()/v2.Seconds(), "%v2")
+}
+
 // BenchmarkDecodeCheckBody is each body decoder alone, on the bodies of
 // BenchmarkCheckJSONDecoders.
 func BenchmarkDecodeCheckBody(b *testing.B) {

@@ -112,9 +112,20 @@ func decodeCheck(data []byte, st *checkState, maxKey int) *problem {
 	if p := checkBodyDecoder(data, st); p != nil {
 		return p
 	}
-	b := &st.body
-	in := &st.in
+	b, in := &st.body, &st.in
 	*in = checkInput{limits: in.limits[:0], cost: math.NaN()}
+	if p := in.setKeyAndCost(b, maxKey); p != nil {
+		return p
+	}
+	if b.Policy != "" {
+		return in.setPolicy(b)
+	}
+	return in.setLimits(b)
+}
+
+// setKeyAndCost takes b's key (required, at most maxKey bytes) and cost
+// (NaN when absent).
+func (in *checkInput) setKeyAndCost(b *checkBody, maxKey int) *problem {
 	switch {
 	case b.Key == "":
 		return invalid("key", "key: required: the client's key, like \"user:42\"")
@@ -122,24 +133,34 @@ func decodeCheck(data []byte, st *checkState, maxKey int) *problem {
 		return invalid("key", fmt.Sprintf("key: %d bytes: must be at most %d bytes", len(b.Key), maxKey))
 	}
 	in.key = b.Key
-	if !math.IsNaN(b.Cost) {
-		if b.Cost < 0 || b.Cost > config.MaxNumber {
-			return invalidValue("cost", formatNumber(b.Cost), fmt.Sprintf("must be >= 0 (0 asks without counting) and at most %g", float64(config.MaxNumber)))
-		}
-		in.cost = b.Cost
-	}
-	if b.Policy != "" {
-		switch {
-		case b.Namespace != "":
-			return invalid("namespace", "namespace: not with policy: the policy names its namespace")
-		case len(b.Limits) > 0:
-			return invalid("limits", "limits: not with policy: the policy holds its limits")
-		case b.Penalty:
-			return invalid("penalty", "penalty: not with policy: the policy says whether denied requests count")
-		}
-		in.policy = b.Policy
+	if math.IsNaN(b.Cost) {
 		return nil
 	}
+	if b.Cost < 0 || b.Cost > config.MaxNumber {
+		return invalidValue("cost", formatNumber(b.Cost), fmt.Sprintf("must be >= 0 (0 asks without counting) and at most %g", float64(config.MaxNumber)))
+	}
+	in.cost = b.Cost
+	return nil
+}
+
+// setPolicy takes the policy form: the policy names the namespace and
+// holds the limits and the penalty.
+func (in *checkInput) setPolicy(b *checkBody) *problem {
+	switch {
+	case b.Namespace != "":
+		return invalid("namespace", "namespace: not with policy: the policy names its namespace")
+	case len(b.Limits) > 0:
+		return invalid("limits", "limits: not with policy: the policy holds its limits")
+	case b.Penalty:
+		return invalid("penalty", "penalty: not with policy: the policy says whether denied requests count")
+	}
+	in.policy = b.Policy
+	return nil
+}
+
+// setLimits takes the namespace form: the namespace (default "default"),
+// the penalty, and 1 to MaxLimits limits.
+func (in *checkInput) setLimits(b *checkBody) *problem {
 	in.namespace, in.penalty = b.Namespace, b.Penalty
 	if in.namespace == "" {
 		in.namespace = "default"
@@ -181,17 +202,26 @@ func decodeLimit(i int, l limitBody) (ratelimiting.Limit, *problem) {
 			return ratelimiting.Limit{}, p
 		}
 	}
-	if !l.Burst.set {
-		return lim, nil
+	if l.Burst.set {
+		if p := checkBurst(i, lim, l.Burst.v); p != nil {
+			return ratelimiting.Limit{}, p
+		}
+		lim.Burst = l.Burst.v
 	}
-	switch typ := config.LimitType(lim); {
-	case !config.IsBucket(typ):
-		return ratelimiting.Limit{}, invalidValue(field("burst"), formatNumber(l.Burst.v), fmt.Sprintf("only applies to type %s and %s, not %s", config.TypeTokenBucket, config.TypeLeakyBucket, typ))
-	case l.Burst.v < 0 || l.Burst.v > config.MaxNumber:
-		return ratelimiting.Limit{}, invalidValue(field("burst"), formatNumber(l.Burst.v), fmt.Sprintf("must be >= 0 (0 means the limit) and at most %g", float64(config.MaxNumber)))
-	}
-	lim.Burst = l.Burst.v
 	return lim, nil
+}
+
+// checkBurst checks limits[i].burst, b, of limit l: for buckets only, in
+// range.
+func checkBurst(i int, l ratelimiting.Limit, b float64) *problem {
+	field := func() string { return fmt.Sprintf("limits[%d].burst", i) }
+	switch typ := config.LimitType(l); {
+	case !config.IsBucket(typ):
+		return invalidValue(field(), formatNumber(b), fmt.Sprintf("only applies to type %s and %s, not %s", config.TypeTokenBucket, config.TypeLeakyBucket, typ))
+	case b < 0 || b > config.MaxNumber:
+		return invalidValue(field(), formatNumber(b), fmt.Sprintf("must be >= 0 (0 means the limit) and at most %g", float64(config.MaxNumber)))
+	}
+	return nil
 }
 
 // parseWindow parses limits[i].window, naming the field only on the error

@@ -155,62 +155,14 @@ func (p *fastParser) str(dst *string, interned bool) bool {
 // number reads a JSON number as encoding/json decodes it into a float64:
 // strconv.ParseFloat of its text, which must be in range.
 func (p *fastParser) number(dst *float64) bool {
-	start := p.i
-	d := p.data
-	j := start
-	if j < len(d) && d[j] == '-' {
-		j++
-	}
-	switch {
-	case j < len(d) && d[j] == '0':
-		j++
-	case j < len(d) && d[j] >= '1' && d[j] <= '9':
-		for j < len(d) && d[j] >= '0' && d[j] <= '9' {
-			j++
-		}
-	default:
+	text, integer, ok := scanNumber(p.data, p.i)
+	if !ok {
 		return false
 	}
-	integer := j
-	if j < len(d) && d[j] == '.' {
-		j++
-		k := j
-		for j < len(d) && d[j] >= '0' && d[j] <= '9' {
-			j++
-		}
-		if j == k {
-			return false
-		}
-	}
-	if j < len(d) && (d[j] == 'e' || d[j] == 'E') {
-		j++
-		if j < len(d) && (d[j] == '+' || d[j] == '-') {
-			j++
-		}
-		k := j
-		for j < len(d) && d[j] >= '0' && d[j] <= '9' {
-			j++
-		}
-		if j == k {
-			return false
-		}
-	}
-	p.i = j
-	text := d[start:j]
-	if integer == j && j-start <= 15 {
+	p.i += len(text)
+	if integer && len(text) <= 15 {
 		// Up to 15 digits: exact in a float64, as ParseFloat gives it.
-		v, neg := 0.0, false
-		for _, c := range text {
-			if c == '-' {
-				neg = true
-				continue
-			}
-			v = v*10 + float64(c-'0')
-		}
-		if neg {
-			v = -v
-		}
-		*dst = v
+		*dst = smallInteger(text)
 		return true
 	}
 	// The string does not outlive the call: ParseFloat's error (which
@@ -221,6 +173,85 @@ func (p *fastParser) number(dst *float64) bool {
 	}
 	*dst = v
 	return true
+}
+
+// scanNumber returns the JSON number at d[i:], and whether it is an
+// integer (no fraction, no exponent): a sign, an integer part, a
+// fraction, an exponent.
+func scanNumber(d []byte, i int) (text []byte, integer, ok bool) {
+	j := i
+	if j < len(d) && d[j] == '-' {
+		j++
+	}
+	if j, ok = integerPart(d, j); !ok {
+		return nil, false, false
+	}
+	end := j
+	if j, ok = fraction(d, j); !ok {
+		return nil, false, false
+	}
+	if j, ok = exponent(d, j); !ok {
+		return nil, false, false
+	}
+	return d[i:j], j == end, true
+}
+
+// digits returns the end of the run of digits at d[j:].
+func digits(d []byte, j int) int {
+	for j < len(d) && d[j] >= '0' && d[j] <= '9' {
+		j++
+	}
+	return j
+}
+
+// integerPart reads 0, or digits not starting with 0.
+func integerPart(d []byte, j int) (int, bool) {
+	switch {
+	case j < len(d) && d[j] == '0':
+		return j + 1, true
+	case j < len(d) && d[j] >= '1' && d[j] <= '9':
+		return digits(d, j), true
+	}
+	return j, false
+}
+
+// fraction reads '.' and at least one digit, if there.
+func fraction(d []byte, j int) (int, bool) {
+	if j >= len(d) || d[j] != '.' {
+		return j, true
+	}
+	k := digits(d, j+1)
+	return k, k > j+1
+}
+
+// exponent reads 'e' or 'E', a sign, and at least one digit, if there.
+func exponent(d []byte, j int) (int, bool) {
+	if j >= len(d) || (d[j] != 'e' && d[j] != 'E') {
+		return j, true
+	}
+	j++
+	if j < len(d) && (d[j] == '+' || d[j] == '-') {
+		j++
+	}
+	k := digits(d, j)
+	return k, k > j
+}
+
+// smallInteger returns the value of text, an integer of at most 15
+// digits and a sign.
+func smallInteger(text []byte) float64 {
+	v, neg := 0.0, false
+	for _, c := range text {
+		if c == '-' {
+			neg = true
+			continue
+		}
+		v = v*10 + float64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v
 }
 
 func (p *fastParser) boolean(dst *bool) bool {

@@ -8,7 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,8 +21,13 @@ import (
 // log_format json) and its secrets masked.
 
 // redisLog is the logger go-redis writes to: one for the process, as
-// go-redis has one (redis.SetLogger). The node's start sets it.
-var redisLog atomic.Pointer[slog.Logger]
+// go-redis has one (redis.SetLogger). The node's start sets it. A line is
+// written under the read lock, so that once setRedisLog(nil) returns no
+// line of go-redis's follows.
+var redisLog struct {
+	sync.RWMutex
+	log *slog.Logger
+}
 
 // redisLogger is go-redis's Logging on redisLog. go-redis gives its lines
 // no level; they report failures (a dial that failed, a connection
@@ -30,19 +35,28 @@ var redisLog atomic.Pointer[slog.Logger]
 type redisLogger struct{}
 
 func (redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	log := redisLog.Load()
-	if log == nil {
+	redisLog.RLock()
+	defer redisLog.RUnlock()
+	if redisLog.log == nil {
 		return
 	}
 	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
 	msg = strings.TrimPrefix(msg, "redis: ")
-	log.WarnContext(ctx, "redis client: "+msg)
+	redisLog.log.WarnContext(ctx, "redis client: "+msg)
 }
 
 // routeRedisLog sends go-redis's log lines to log from now on.
 func routeRedisLog(log *slog.Logger) {
-	redisLog.Store(log)
+	setRedisLog(log)
 	goredis.SetLogger(redisLogger{})
+}
+
+// setRedisLog sets the logger of go-redis's lines (nil: none), once the
+// lines being written are.
+func setRedisLog(log *slog.Logger) {
+	redisLog.Lock()
+	redisLog.log = log
+	redisLog.Unlock()
 }
 
 // pgxTracer returns the tracer of a PostgreSQL pool: pgx's own warnings and

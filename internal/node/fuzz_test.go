@@ -23,7 +23,7 @@ import (
 // any JSON object the field encoding/json's tokenizer finds (keysOracle).
 // The handler must never answer 5xx. Seeds: testdata/fuzz/FuzzDecodeCheck.
 //
-//	go test -run=^$ -fuzz=FuzzDecodeCheck -fuzztime=60s ./cmd/node
+//	go test -run=^$ -fuzz=FuzzDecodeCheck -fuzztime=60s ./internal/node
 func FuzzDecodeCheck(f *testing.F) {
 	f.Add([]byte(`{"namespace":"default","key":"user:42","cost":1,"limits":[{"limit":100,"window":"1m"},{"limit":10,"window":"1s","type":"fixed"}]}`))
 	f.Add([]byte(`{"policy":"api","key":"user:42"}`))
@@ -178,7 +178,7 @@ func keysOracle(data []byte, schema []jsonField) (field string, isObject bool) {
 // pooled state (whose intern table is warm) decodes like a fresh one.
 // Seeds: the bodies below.
 //
-//	go test -run=^$ -fuzz=FuzzFastCheck -fuzztime=60s ./cmd/node
+//	go test -run=^$ -fuzz=FuzzFastCheck -fuzztime=60s ./internal/node
 func FuzzFastCheck(f *testing.F) {
 	for _, s := range []string{
 		`{"namespace":"default","key":"user:42","cost":1,"limits":[{"limit":100,"window":"1m"},{"limit":10,"window":"1s","type":"fixed"}]}`,

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ratesync/ratesync/internal/node/config"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratesync/ratesync/internal/node/config"
 )
 
 // gateway is the node's reverse proxy: each request is matched to a route

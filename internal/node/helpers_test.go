@@ -56,7 +56,7 @@ func testConfig(t testing.TB, yaml string, env map[string]string) config.Config 
 	}
 	cfg, err := config.Parse("test.yaml", data, envOf(env))
 	if err != nil {
-		t.Fatalf("parseConfig: %v", err)
+		t.Fatalf("config.Parse: %v", err)
 	}
 	return cfg
 }

@@ -197,65 +197,89 @@ func (s *keyScan) ws() {
 
 // object reads the object at s.i (which is '{') against schema.
 func (s *keyScan) object(schema []jsonField) (*problem, bool) {
-	var seen uint64
 	s.i++ // {
 	s.ws()
 	if s.i < len(s.data) && s.data[s.i] == '}' {
 		s.i++
 		return nil, true
 	}
+	var seen uint64 // the schema's fields read so far
 	for {
-		s.ws()
-		key, ok := s.name()
-		if !ok {
-			return nil, false
-		}
-		s.ws()
-		if s.i >= len(s.data) || s.data[s.i] != ':' {
-			return nil, false
-		}
-		s.i++
-		s.ws()
-		j := -1
-		for k := range schema {
-			if f := &schema[k]; string(key) == f.name || (f.alt != "" && string(key) == f.alt) {
-				j = k
-				break
-			}
-		}
-		if j < 0 {
-			return s.misspelled(key, schema), true
-		}
-		f := &schema[j]
-		if j < maxSchemaFields {
-			if seen&(1<<j) != 0 {
-				return s.repeated(f), true
-			}
-			seen |= 1 << j
-		}
-		var p *problem
-		switch {
-		case s.i >= len(s.data):
-			return nil, false
-		case s.depth == maxScanDepth:
-			ok = s.skip()
-		case f.kind == kArray && f.elem != nil && s.data[s.i] == '[':
-			p, ok = s.list(f)
-		case f.kind == kObject && f.elem != nil && s.data[s.i] == '{':
-			s.path[s.depth] = scanStep{name: f.name, index: -1}
-			s.depth++
-			p, ok = s.object(f.elem)
-			s.depth--
-		default:
-			ok = s.skip()
-		}
-		if p != nil || !ok {
+		if p, ok := s.member(schema, &seen); p != nil || !ok {
 			return p, ok
 		}
 		if more, ok := s.sep('}'); !more {
 			return nil, ok
 		}
 	}
+}
+
+// member reads one member of an object, name and value, against schema:
+// the name must be one of its fields' and not in seen.
+func (s *keyScan) member(schema []jsonField, seen *uint64) (*problem, bool) {
+	s.ws()
+	key, ok := s.name()
+	if !ok || !s.colon() {
+		return nil, false
+	}
+	j := fieldIndex(schema, key)
+	if j < 0 {
+		return s.misspelled(key, schema), true
+	}
+	f := &schema[j]
+	if j < maxSchemaFields {
+		if *seen&(1<<j) != 0 {
+			return s.repeated(f), true
+		}
+		*seen |= 1 << j
+	}
+	return s.value(f)
+}
+
+// colon reads the ':' between a member's name and its value.
+func (s *keyScan) colon() bool {
+	s.ws()
+	if s.i >= len(s.data) || s.data[s.i] != ':' {
+		return false
+	}
+	s.i++
+	s.ws()
+	return true
+}
+
+// fieldIndex returns the index of the field of schema spelled key, or -1.
+func fieldIndex(schema []jsonField, key []byte) int {
+	for k := range schema {
+		if f := &schema[k]; string(key) == f.name || (f.alt != "" && string(key) == f.alt) {
+			return k
+		}
+	}
+	return -1
+}
+
+// value reads the value at s.i of field f: the objects it holds are read
+// against f.elem (down to maxScanDepth), anything else is skipped.
+func (s *keyScan) value(f *jsonField) (*problem, bool) {
+	switch {
+	case s.i >= len(s.data):
+		return nil, false
+	case s.depth == maxScanDepth:
+		return nil, s.skip()
+	case f.kind == kArray && f.elem != nil && s.data[s.i] == '[':
+		return s.list(f)
+	case f.kind == kObject && f.elem != nil && s.data[s.i] == '{':
+		return s.nested(scanStep{name: f.name, index: -1}, f.elem)
+	}
+	return nil, s.skip()
+}
+
+// nested reads the object at s.i, reached by step, against schema.
+func (s *keyScan) nested(step scanStep, schema []jsonField) (*problem, bool) {
+	s.path[s.depth] = step
+	s.depth++
+	p, ok := s.object(schema)
+	s.depth--
+	return p, ok
 }
 
 // sep reads what follows a member of an object or an element of a list:
@@ -296,10 +320,7 @@ func (s *keyScan) list(f *jsonField) (*problem, bool) {
 			ok bool
 		)
 		if s.data[s.i] == '{' {
-			s.path[s.depth] = scanStep{name: f.name, index: idx}
-			s.depth++
-			p, ok = s.object(f.elem)
-			s.depth--
+			p, ok = s.nested(scanStep{name: f.name, index: idx}, f.elem)
 		} else {
 			ok = s.skip()
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/ratesync/ratesync/internal/node/config"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratesync/ratesync/internal/node/config"
 )
 
 // reloadTimeout bounds applying one configuration: opening new stores and
@@ -71,97 +72,164 @@ func (n *Node) reload(ctx context.Context, why string) error {
 func (n *Node) apply(ctx context.Context, cfg config.Config, why string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reloadTimeout)
 	defer cancel()
-	old := n.state()
-	restart, err := keepRunning(old.cfg, &cfg)
+	old := n.state().cfg
+	restart, err := keepRunning(old, &cfg)
 	if err != nil {
 		return err
 	}
-	if g := cfg.Gateway; g != nil {
-		for _, r := range g.Routes {
-			if !slices.ContainsFunc(cfg.Policies, func(p config.PolicyConfig) bool { return p.Name == r.Policy }) {
-				return fmt.Errorf("gateway route %q: no such policy %q (the gateway section is kept until a restart)", r.Path, r.Policy)
-			}
-		}
+	if err := checkRoutes(cfg); err != nil {
+		return err
 	}
-	// A new store that does not answer yet is used all the same, as at
-	// start: its namespace's syncer reports it.
-	st, probed, err := openStores(ctx, cfg, n.log, n.stores, true)
+	st, err := n.reopenStores(ctx, cfg)
 	if err != nil {
 		return redactErr(err, cfg)
+	}
+	next, err := n.prepare(ctx, old, cfg, st)
+	if err != nil {
+		// Validation passed, so this is a fault of the instance (closed)
+		// or of a store; the namespaces changed so far stay changed, and
+		// the stores they may use stay open.
+		n.stores.adopt(st)
+		return redactErr(err, cfg)
+	}
+	n.publish(next, cfg)
+	n.removeNamespaces(ctx, old, cfg)
+	n.stores.closeUnused(st)
+	n.stores = st
+	n.applySettings(cfg)
+	for _, f := range restart {
+		n.log.Warn("configuration reload: this setting needs a restart; the running value is kept", "field", f)
+	}
+	n.log.Info("configuration reloaded", append([]any{"trigger", why}, diff(old, cfg).attrs()...)...)
+	return nil
+}
+
+// checkRoutes refuses a gateway route to a policy cfg does not have.
+func checkRoutes(cfg config.Config) error {
+	if cfg.Gateway == nil {
+		return nil
+	}
+	for _, r := range cfg.Gateway.Routes {
+		if !slices.ContainsFunc(cfg.Policies, func(p config.PolicyConfig) bool { return p.Name == r.Policy }) {
+			return fmt.Errorf("gateway route %q: no such policy %q (the gateway section is kept until a restart)", r.Path, r.Policy)
+		}
+	}
+	return nil
+}
+
+// reopenStores opens the stores of cfg, taking over the running ones
+// whose settings did not change. A new store that does not answer yet is
+// used all the same, as at start: its namespace's syncer reports it.
+func (n *Node) reopenStores(ctx context.Context, cfg config.Config) (*stores, error) {
+	st, probed, err := openStores(ctx, cfg, n.log, n.stores, true)
+	if err != nil {
+		return nil, err
 	}
 	for _, p := range probed {
 		if p.err == nil {
 			logStoreReady(n.log, p.ns)
 		}
 	}
-	ch := diff(old.cfg, cfg)
+	return st, nil
+}
 
-	// Namespaces first, so that the policies built next find them as
-	// configured. An Update keeps the namespace's counts.
-	var errs []error
-	oldNS := map[string]config.NamespaceConfig{}
-	for _, ns := range old.cfg.Namespaces {
-		oldNS[ns.Name] = ns
-	}
-	for _, ns := range cfg.Namespaces {
-		prev, existed := oldNS[ns.Name]
-		nc := ns.Namespace(st.byNamespace[ns.Name])
-		switch {
-		case !existed:
-			err = n.in.New(nc)
-		case sameNamespace(prev, ns):
-			continue
-		case prev.Dict != ns.Dict:
-			n.log.Warn("namespace moved to another dict: its counts start over", "namespace", ns.Name, "from", prev.Dict, "to", ns.Dict)
-			if err = n.in.Remove(ctx, ns.Name); err == nil {
-				err = n.in.New(nc)
-			}
-		default:
-			err = n.in.Update(nc)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("namespace %q: %w", ns.Name, err))
-		}
-	}
+// prepared is what a reload publishes: the live state, and the gateway's
+// routes (nil without a gateway) with the ones they replace.
+type prepared struct {
+	live              *live
+	routes, oldRoutes *gwRoutes
+}
+
+// prepare changes the namespaces (first, so that the policies built next
+// find them as configured), then builds the live state and the gateway's
+// routes of cfg, on the stores st.
+func (n *Node) prepare(ctx context.Context, old, cfg config.Config, st *stores) (prepared, error) {
+	errs := n.changeNamespaces(ctx, old, cfg, st)
 	l, err := n.build(cfg)
 	if err != nil {
-		errs = append(errs, err)
+		return prepared{}, errors.Join(append(errs, err)...)
 	}
-	var routes, oldRoutes *gwRoutes
-	if n.gateway != nil && err == nil {
-		oldRoutes = n.gateway.routes.Load()
-		if routes, err = newRoutes(*cfg.Gateway, l.policies, n.log, oldRoutes); err != nil {
+	p := prepared{live: l}
+	if n.gateway != nil {
+		p.oldRoutes = n.gateway.routes.Load()
+		if p.routes, err = newRoutes(*cfg.Gateway, l.policies, n.log, p.oldRoutes); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if len(errs) > 0 {
-		// Validation passed, so this is a fault of the instance (closed)
-		// or of a store; the namespaces changed so far stay changed, and
-		// the stores they may use stay open.
-		n.stores.adopt(st)
-		return redactErr(errors.Join(errs...), cfg)
-	}
+	return p, errors.Join(errs...)
+}
 
-	n.live.Store(l)
-	if routes != nil {
-		n.gateway.routes.Store(routes)
-		if routes.proxy != oldRoutes.proxy {
-			oldRoutes.closeIdle()
+// changeNamespaces creates the namespaces cfg adds and changes those it
+// changes (an Update keeps the namespace's counts); removing is for after
+// the new state is published (removeNamespaces).
+func (n *Node) changeNamespaces(ctx context.Context, old, cfg config.Config, st *stores) []error {
+	oldNS := map[string]config.NamespaceConfig{}
+	for _, ns := range old.Namespaces {
+		oldNS[ns.Name] = ns
+	}
+	var errs []error
+	for _, ns := range cfg.Namespaces {
+		prev, existed := oldNS[ns.Name]
+		if existed && sameNamespace(prev, ns) {
+			continue
+		}
+		if err := n.changeNamespace(ctx, prev, existed, ns, st); err != nil {
+			errs = append(errs, fmt.Errorf("namespace %q: %w", ns.Name, err))
+		}
+	}
+	return errs
+}
+
+// changeNamespace creates ns, or changes prev into ns: in place, or, on
+// another dict, with its counts starting over.
+func (n *Node) changeNamespace(ctx context.Context, prev config.NamespaceConfig, existed bool, ns config.NamespaceConfig, st *stores) error {
+	nc := ns.Namespace(st.byNamespace[ns.Name])
+	switch {
+	case !existed:
+		return n.in.New(nc)
+	case prev.Dict != ns.Dict:
+		n.log.Warn("namespace moved to another dict: its counts start over", "namespace", ns.Name, "from", prev.Dict, "to", ns.Dict)
+		if err := n.in.Remove(ctx, ns.Name); err != nil {
+			return err
+		}
+		return n.in.New(nc)
+	}
+	return n.in.Update(nc)
+}
+
+// publish makes p the state requests read, and gives the rls service its
+// options and rules (after the rls namespace's Update: it reads its sync
+// mode again).
+func (n *Node) publish(p prepared, cfg config.Config) {
+	n.live.Store(p.live)
+	if p.routes != nil {
+		n.gateway.routes.Store(p.routes)
+		if p.routes.proxy != p.oldRoutes.proxy {
+			p.oldRoutes.closeIdle()
 		}
 	}
 	if n.rls != nil {
 		n.rls.SetOptions(n.rlsOptions(cfg))
-		n.rls.SetConfig(cfg.RLS.Rules) // after the rls namespace's Update: it reads its sync mode again
+		n.rls.SetConfig(cfg.RLS.Rules)
 	}
-	for _, ns := range old.cfg.Namespaces {
-		if !slices.ContainsFunc(cfg.Namespaces, func(c config.NamespaceConfig) bool { return c.Name == ns.Name }) {
-			if err := n.in.Remove(ctx, ns.Name); err != nil {
-				n.log.Warn("removed namespace: its final push failed", "namespace", ns.Name, "err", err)
-			}
+}
+
+// removeNamespaces removes the namespaces of old that cfg does not have,
+// each with its final push.
+func (n *Node) removeNamespaces(ctx context.Context, old, cfg config.Config) {
+	for _, ns := range old.Namespaces {
+		if slices.ContainsFunc(cfg.Namespaces, func(c config.NamespaceConfig) bool { return c.Name == ns.Name }) {
+			continue
+		}
+		if err := n.in.Remove(ctx, ns.Name); err != nil {
+			n.log.Warn("removed namespace: its final push failed", "namespace", ns.Name, "err", err)
 		}
 	}
-	n.stores.closeUnused(st)
-	n.stores = st
+}
+
+// applySettings applies the process's settings: admin access, the log's
+// level and secrets, the heap floor.
+func (n *Node) applySettings(cfg config.Config) {
 	n.adminOpen.Store(cfg.Node.AdminToken == "" && n.loopback.Load())
 	if n.logCtl != nil {
 		n.logCtl.set(cfg)
@@ -169,11 +237,6 @@ func (n *Node) apply(ctx context.Context, cfg config.Config, why string) error {
 	if n.heapFloor != nil {
 		n.heapFloor(cfg.Node.GCHeapFloor)
 	}
-	for _, f := range restart {
-		n.log.Warn("configuration reload: this setting needs a restart; the running value is kept", "field", f)
-	}
-	n.log.Info("configuration reloaded", append([]any{"trigger", why}, ch.attrs()...)...)
-	return nil
 }
 
 // keepRunning gives cfg the running values (of old) of the settings that
@@ -181,53 +244,70 @@ func (n *Node) apply(ctx context.Context, cfg config.Config, why string) error {
 // differed: the listeners, node.id, the log format, require_stores, and
 // whether there is a gateway or an rls section at all.
 func keepRunning(old config.Config, cfg *config.Config) (restart []string, err error) {
-	keep := func(field string, running, next *string) {
-		if *running != *next {
-			restart = append(restart, field)
-			*next = *running
-		}
+	k := &keeper{}
+	k.str("node.id", old.Node.ID, &cfg.Node.ID)
+	k.str("node.listen", old.Node.Listen, &cfg.Node.Listen)
+	k.str("node.log_format", old.Node.LogFormat, &cfg.Node.LogFormat)
+	keep(k, "require_stores", old.RequireStores, &cfg.RequireStores) // read at start only
+	k.gateway(old.Gateway, cfg)
+	if err := k.rls(old, cfg); err != nil {
+		return nil, err
 	}
-	keep("node.id", &old.Node.ID, &cfg.Node.ID)
-	keep("node.listen", &old.Node.Listen, &cfg.Node.Listen)
-	keep("node.log_format", &old.Node.LogFormat, &cfg.Node.LogFormat)
-	if old.RequireStores != cfg.RequireStores { // read at start only
-		restart, cfg.RequireStores = append(restart, "require_stores"), old.RequireStores
+	return k.restart, nil
+}
+
+// keeper collects the settings a reload keeps at their running values.
+type keeper struct{ restart []string }
+
+// keep sets *next to running, noting field if they differ.
+func keep[T comparable](k *keeper, field string, running T, next *T) {
+	if *next != running {
+		k.restart = append(k.restart, field)
+		*next = running
 	}
-	switch og, g := old.Gateway, cfg.Gateway; {
+}
+
+func (k *keeper) str(field, running string, next *string) { keep(k, field, running, next) }
+
+// gateway keeps the presence of the gateway section, its listener and
+// its timeouts (the gateway server's read and write timeouts derive from
+// them).
+func (k *keeper) gateway(og *config.GatewayConfig, cfg *config.Config) {
+	switch g := cfg.Gateway; {
 	case og == nil && g != nil:
-		restart = append(restart, "gateway (section added)")
+		k.restart = append(k.restart, "gateway (section added)")
 		cfg.Gateway = nil
 	case og != nil && g == nil:
-		restart = append(restart, "gateway (section removed)")
+		k.restart = append(k.restart, "gateway (section removed)")
 		kept := *og
 		cfg.Gateway = &kept
 	case og != nil:
-		keep("gateway.listen", &og.Listen, &g.Listen)
-		// The gateway server's read and write timeouts derive from these.
-		if og.Timeout != g.Timeout {
-			restart, g.Timeout = append(restart, "gateway.timeout"), og.Timeout
-		}
-		if og.ConnectTimeout != g.ConnectTimeout {
-			restart, g.ConnectTimeout = append(restart, "gateway.connect_timeout"), og.ConnectTimeout
-		}
+		k.str("gateway.listen", og.Listen, &g.Listen)
+		keep(k, "gateway.timeout", og.Timeout, &g.Timeout)
+		keep(k, "gateway.connect_timeout", og.ConnectTimeout, &g.ConnectTimeout)
 	}
+}
+
+// rls keeps the presence of the rls section, with its namespace, and its
+// listener.
+func (k *keeper) rls(old config.Config, cfg *config.Config) error {
 	switch or, r := old.RLS, cfg.RLS; {
 	case or == nil && r != nil:
-		restart = append(restart, "rls (section added)")
+		k.restart = append(k.restart, "rls (section added)")
 		cfg.RLS = nil
 		cfg.Namespaces = cfg.Namespaces[:len(cfg.Namespaces)-1] // the rls section's, appended last
 	case or != nil && r == nil:
 		if slices.ContainsFunc(cfg.Namespaces, func(ns config.NamespaceConfig) bool { return ns.Name == config.RLSNamespace }) {
-			return nil, fmt.Errorf("namespaces: %q is the running rls section's namespace: remove the rls section with a restart first", config.RLSNamespace)
+			return fmt.Errorf("namespaces: %q is the running rls section's namespace: remove the rls section with a restart first", config.RLSNamespace)
 		}
-		restart = append(restart, "rls (section removed)")
+		k.restart = append(k.restart, "rls (section removed)")
 		kept := *or
 		cfg.RLS = &kept
 		cfg.Namespaces = append(cfg.Namespaces, old.Namespaces[len(old.Namespaces)-1])
 	case or != nil:
-		keep("rls.listen", &or.Listen, &r.Listen)
+		k.str("rls.listen", or.Listen, &r.Listen)
 	}
-	return restart, nil
+	return nil
 }
 
 // sameNamespace reports whether a and b configure a namespace alike: its
@@ -249,22 +329,6 @@ type changes struct {
 // diff returns what differs from old to cfg.
 func diff(old, cfg config.Config) changes {
 	var c changes
-	named := func(olds, news []string, same func(i, j int) bool) (added, updated, removed []string) {
-		for j, name := range news {
-			switch i := slices.Index(olds, name); {
-			case i < 0:
-				added = append(added, name)
-			case !same(i, j):
-				updated = append(updated, name)
-			}
-		}
-		for _, name := range olds {
-			if !slices.Contains(news, name) {
-				removed = append(removed, name)
-			}
-		}
-		return added, updated, removed
-	}
 	c.nsAdded, c.nsUpdated, c.nsRemoved = named(nsList(old), nsList(cfg), func(i, j int) bool {
 		return sameNamespace(old.Namespaces[i], cfg.Namespaces[j])
 	})
@@ -280,9 +344,36 @@ func diff(old, cfg config.Config) changes {
 			c.rlsDomains = []string{}
 		}
 	}
+	c.settings = changedSettings(old, cfg)
+	return c
+}
+
+// named compares two lists of names: the names added, those whose item
+// changed (same(i, j) false for olds[i] and news[j]), and those removed.
+func named(olds, news []string, same func(i, j int) bool) (added, updated, removed []string) {
+	for j, name := range news {
+		switch i := slices.Index(olds, name); {
+		case i < 0:
+			added = append(added, name)
+		case !same(i, j):
+			updated = append(updated, name)
+		}
+	}
+	for _, name := range olds {
+		if !slices.Contains(news, name) {
+			removed = append(removed, name)
+		}
+	}
+	return added, updated, removed
+}
+
+// changedSettings returns the fields, other than namespaces, policies,
+// routes and rules, that differ from old to cfg.
+func changedSettings(old, cfg config.Config) []string {
+	var out []string
 	field := func(name string, changed bool) {
 		if changed {
-			c.settings = append(c.settings, name)
+			out = append(out, name)
 		}
 	}
 	o, nn := old.Node, cfg.Node
@@ -302,7 +393,7 @@ func diff(old, cfg config.Config) changes {
 		field("rls.response_headers", or.ResponseHeaders != r.ResponseHeaders)
 		field("rls.config", or.Config != r.Config)
 	}
-	return c
+	return out
 }
 
 func nsList(c config.Config) []string {

@@ -63,7 +63,7 @@ func newReloadNode(t *testing.T, yaml string, env map[string]string, opts ...rat
 	args := []string{"-config", file}
 	cfg, err := config.Load(args, envOf(env), io.Discard)
 	if err != nil {
-		t.Fatalf("loadConfig: %v", err)
+		t.Fatalf("config.Load: %v", err)
 	}
 	logs := &lockedBuffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), logs), &slog.HandlerOptions{Level: slog.LevelDebug}))

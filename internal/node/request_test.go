@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/ratesync/ratesync/internal/node/config"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratesync/ratesync/internal/node/config"
 )
 
 // servedNode serves a node with a gateway (over upstream) and an rls

@@ -155,6 +155,21 @@ func TestRLSConfigErrorsNameTheFileAndLine(t *testing.T) {
 	}
 }
 
+// Every error of an rls file is reported, each on a line of its own with
+// the rls.config field's line, the file's line, the field and the value.
+func TestRLSConfigErrorsAllAtOnce(t *testing.T) {
+	f := rlsFile(t, "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n  - key: b\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
+	_, err := config.Parse("node.yaml", []byte(fmt.Sprintf("node:\n  log_level: loud\nrls:\n  config: %s\n", f)), envOf(nil))
+	want := []string{
+		`node.yaml:2: node.log_level: "loud": must be one of debug, info, warn, error`,
+		fmt.Sprintf(`node.yaml:4: rls.config: %q: %s:4: requests_per_unit: "1.5": must be a whole number from 0 to 4294967295`, f, f),
+		fmt.Sprintf(`node.yaml:4: rls.config: %q: %s:6: invalid rate limit unit 'fortnight'`, f, f),
+	}
+	if err == nil || err.Error() != strings.Join(want, "\n") {
+		t.Errorf("errors:\n%v\nwant:\n%s", err, strings.Join(want, "\n"))
+	}
+}
+
 // With a periodic sync a decision costs no store round trip: each node
 // decides from its own counts and the cluster's as of the last sync.
 func TestRLSPeriodicSync(t *testing.T) {

@@ -66,7 +66,7 @@ func RunWithLog(ctx context.Context, cfg config.Config, stderr io.Writer) error 
 	err = n.Serve(ctx)
 	// Serve has closed the store clients; go-redis may still log from a
 	// dial it had under way, a line that would follow the node's last one.
-	redisLog.Store(nil)
+	setRedisLog(nil)
 	return logExit(log, "ratesync node stopped with an error", redactErr(err, cfg))
 }
 

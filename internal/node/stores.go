@@ -50,7 +50,7 @@ func storeID(ns *config.NamespaceConfig) string {
 }
 
 // Every store the node opens decides checks in the store: the
-// configuration is validated with that in mind (storeInConfig).
+// configuration is validated with that in mind (the config package's storeInConfig).
 var (
 	_ strategy.Checker = (*memory.Store)(nil)
 	_ strategy.Checker = (*redis.Store)(nil)
@@ -71,46 +71,12 @@ var (
 // server that refuses the schema).
 func openStores(ctx context.Context, cfg config.Config, log *slog.Logger, prev *stores, probe bool) (s *stores, results []probed, err error) {
 	s = &stores{byNamespace: map[string]strategy.Strategy{}, byID: map[string]*openStore{}}
-	type opening struct {
-		ns       *config.NamespaceConfig // the first namespace naming the store
-		o        *openStore
-		err      error
-		probeErr error
-	}
-	var (
-		fresh []*opening
-		ids   = map[string]bool{}
-	)
-	for i := range cfg.Namespaces {
-		ns := &cfg.Namespaces[i]
-		if ns.Strategy == config.StrategyLocal {
-			continue
-		}
-		id := storeID(ns)
-		if o, ok := prev.lookup(id); ok {
-			s.byID[id] = o
-			continue
-		}
-		if !ids[id] {
-			ids[id] = true
-			fresh = append(fresh, &opening{ns: ns})
-		}
-	}
+	fresh := s.takeOver(cfg, prev)
 	timeout := storeProbeTimeout
 	if cfg.RequireStores {
 		timeout = storeRequireTimeout
 	}
-	var wg sync.WaitGroup
-	for _, f := range fresh {
-		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			if f.o, f.err = connectStore(ctx, f.ns, log); f.err == nil && probe {
-				f.probeErr = probeStore(ctx, f.ns.Name, f.o.st)
-			}
-		})
-	}
-	wg.Wait()
+	openAll(ctx, fresh, timeout, log, probe)
 	for _, f := range fresh {
 		if f.o != nil {
 			s.byID[storeID(f.ns)] = f.o
@@ -133,6 +99,53 @@ func openStores(ctx context.Context, cfg config.Config, log *slog.Logger, prev *
 		}
 	}
 	return s, results, nil
+}
+
+// opening is a store being opened.
+type opening struct {
+	ns       *config.NamespaceConfig // the first namespace naming the store
+	o        *openStore
+	err      error
+	probeErr error
+}
+
+// takeOver puts in s the stores of cfg that prev holds, and returns those
+// to open, one per store.
+func (s *stores) takeOver(cfg config.Config, prev *stores) []*opening {
+	var fresh []*opening
+	ids := map[string]bool{}
+	for i := range cfg.Namespaces {
+		ns := &cfg.Namespaces[i]
+		if ns.Strategy == config.StrategyLocal {
+			continue
+		}
+		id := storeID(ns)
+		if o, ok := prev.lookup(id); ok {
+			s.byID[id] = o
+			continue
+		}
+		if !ids[id] {
+			ids[id] = true
+			fresh = append(fresh, &opening{ns: ns})
+		}
+	}
+	return fresh
+}
+
+// openAll opens the stores concurrently, each within timeout, and with
+// probe probes each.
+func openAll(ctx context.Context, fresh []*opening, timeout time.Duration, log *slog.Logger, probe bool) {
+	var wg sync.WaitGroup
+	for _, f := range fresh {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			if f.o, f.err = connectStore(ctx, f.ns, log); f.err == nil && probe {
+				f.probeErr = probeStore(ctx, f.ns.Name, f.o.st)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // probed is a store openStores probed: the first namespace naming it, and

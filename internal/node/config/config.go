@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,14 +78,39 @@ func (d Duration) MarshalText() ([]byte, error) {
 	return middleware.AppendWindow(nil, time.Duration(d)), nil
 }
 
-// UnmarshalYAML parses a Go duration.
+// UnmarshalYAML parses a Go duration. Its error is a *yaml.TypeError, so
+// that the decoder goes on with the other fields.
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
-	v, err := time.ParseDuration(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return errors.New("must be a duration like 1s, 1m, 1h")
+	if n.Kind != yaml.ScalarNode {
+		return &yaml.TypeError{Errors: []string{errDuration.Error()}}
+	}
+	v, err := parseDuration(n.Value)
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{err.Error()}}
 	}
 	*d = Duration(v)
 	return nil
+}
+
+var (
+	errDuration = errors.New("must be a duration like 1s, 1m, 1h")
+	// durationSyntax is the form of a Go duration, whatever its size.
+	durationSyntax = regexp.MustCompile(`^[-+]?((\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
+)
+
+// parseDuration parses a Go duration; a duration too large for one names
+// the largest.
+func parseDuration(s string) (time.Duration, error) {
+	v, err := time.ParseDuration(s)
+	switch {
+	case err == nil:
+		return v, nil
+	case !durationSyntax.MatchString(s):
+		return 0, errDuration
+	case strings.HasPrefix(s, "-"):
+		return 0, fmt.Errorf("must be at least %s", time.Duration(math.MinInt64))
+	}
+	return 0, fmt.Errorf("must be at most %s (about 292 years)", time.Duration(math.MaxInt64))
 }
 
 // stringList is a list of strings that the file may also give as a single
@@ -113,6 +140,7 @@ type Config struct {
 	Gateway       *GatewayConfig    `json:"gateway,omitempty" yaml:"gateway"`
 	RLS           *RLSConfig        `json:"rls,omitempty" yaml:"rls"`
 	args          []string          // the flags Load read, for Reload
+	loaded        bool              // read by Load
 	getenv        func(string) string
 }
 
@@ -230,7 +258,7 @@ func ParseLimitType(s string) (ratelimiting.Algorithm, bool) {
 	return 0, false
 }
 
-// limitType returns the type of l as the node spells it.
+// LimitType returns the type of l as the node spells it.
 func LimitType(l ratelimiting.Limit) string {
 	switch {
 	case l.Algorithm == ratelimiting.TokenBucket:
@@ -320,6 +348,21 @@ var ErrHelp = flag.ErrHelp
 // (-h, a bad flag) goes to usage. The Config remembers args and getenv:
 // Reload reads the same flags, file and environment again.
 func Load(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+	f, err := parseFlags(args, usage)
+	if err != nil {
+		return Config{}, err
+	}
+	cfg, err := readFile(f.config, getenv)
+	if err != nil {
+		return Config{}, err
+	}
+	errs := f.override(&cfg)
+	cfg.args, cfg.loaded = slices.Clone(args), true
+	return cfg, errors.Join(errs...)
+}
+
+// parseFlags parses the command line.
+func parseFlags(args []string, usage io.Writer) (flags, error) {
 	fs := flag.NewFlagSet("ratesync-node", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	var f flags
@@ -331,93 +374,148 @@ func Load(args []string, getenv func(string) string, usage io.Writer) (Config, e
 	fs.StringVar(&f.rlsListen, "rls-listen", "", "Envoy rate limit service (gRPC) listen `address` (overrides rls.listen)")
 	fs.StringVar(&f.pprof, "pprof-listen", "", "serve Go's profiler (/debug/pprof/) on this `address` (default: off; it has no authentication: keep it on loopback)")
 	if err := fs.Parse(args); err != nil {
-		return Config{}, err
+		return flags{}, err
 	}
 	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected arguments: %q (flags: -config, -listen, -gateway-listen, -rls-listen, -pprof-listen, -log-format, -log-level)", fs.Args())
+		return flags{}, fmt.Errorf("unexpected arguments: %q (flags: -config, -listen, -gateway-listen, -rls-listen, -pprof-listen, -log-format, -log-level)", fs.Args())
 	}
-	var (
-		cfg Config
-		err error
-	)
-	if f.config != "" {
-		data, rerr := os.ReadFile(f.config)
-		if rerr != nil {
-			return Config{}, fmt.Errorf("config: %w", rerr)
-		}
-		cfg, err = Parse(f.config, data, getenv)
-	} else {
-		cfg, err = Parse("", nil, getenv)
+	return f, nil
+}
+
+// readFile reads and parses the config file named (none: the defaults).
+func readFile(name string, getenv func(string) string) (Config, error) {
+	if name == "" {
+		return Parse("", nil, getenv)
 	}
+	data, err := os.ReadFile(name)
 	if err != nil {
-		return Config{}, err
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
+	return Parse(name, data, getenv)
+}
+
+// override sets what the flags give in cfg, and returns the flags'
+// errors: each flag is checked as the file's field it overrides.
+func (f flags) override(cfg *Config) []error {
 	var errs []error
-	if f.listen != "" {
-		if err := checkHostPort(f.listen); err != nil {
-			errs = append(errs, fmt.Errorf("-listen %q: %v", f.listen, err))
-		}
-		cfg.Node.Listen = f.listen
-	}
-	if f.gwListen != "" {
-		switch {
-		case cfg.Gateway == nil:
-			errs = append(errs, fmt.Errorf("-gateway-listen %q: the config has no gateway section", f.gwListen))
-		case checkHostPort(f.gwListen) != nil:
-			errs = append(errs, fmt.Errorf("-gateway-listen %q: %v", f.gwListen, checkHostPort(f.gwListen)))
-		default:
-			cfg.Gateway.Listen = f.gwListen
+	for _, step := range []func(*Config) error{
+		f.overrideListen,
+		f.overrideGatewayListen,
+		f.overrideRLSListen,
+		f.checkListenersDiffer,
+		f.overridePprof,
+		f.overrideLogFormat,
+		f.overrideLogLevel,
+	} {
+		if err := step(cfg); err != nil {
+			errs = append(errs, err)
 		}
 	}
-	if f.rlsListen != "" {
-		switch {
-		case cfg.RLS == nil:
-			errs = append(errs, fmt.Errorf("-rls-listen %q: the config has no rls section", f.rlsListen))
-		case checkHostPort(f.rlsListen) != nil:
-			errs = append(errs, fmt.Errorf("-rls-listen %q: %v", f.rlsListen, checkHostPort(f.rlsListen)))
-		case sameListen(f.rlsListen, cfg.Node.Listen) || (cfg.Gateway != nil && sameListen(f.rlsListen, cfg.Gateway.Listen)):
-			errs = append(errs, fmt.Errorf("-rls-listen %q: must differ from the node's and the gateway's listen addresses", f.rlsListen))
-		default:
-			cfg.RLS.Listen = f.rlsListen
-		}
+	return errs
+}
+
+func (f flags) overrideListen(cfg *Config) error {
+	if f.listen == "" {
+		return nil
 	}
-	if g := cfg.Gateway; g != nil && (f.listen != "" || f.gwListen != "") && sameListen(g.Listen, cfg.Node.Listen) {
-		switch {
-		case f.gwListen != "":
-			errs = append(errs, fmt.Errorf("-gateway-listen %q: must differ from the node's listen address", f.gwListen))
-		default:
-			errs = append(errs, fmt.Errorf("-listen %q: must differ from the gateway's listen address", f.listen))
-		}
+	cfg.Node.Listen = f.listen
+	if err := checkHostPort(f.listen); err != nil {
+		return fmt.Errorf("-listen %q: %v", f.listen, err)
 	}
-	if f.pprof != "" {
-		switch {
-		case checkHostPort(f.pprof) != nil:
-			errs = append(errs, fmt.Errorf("-pprof-listen %q: %v", f.pprof, checkHostPort(f.pprof)))
-		case sameListen(f.pprof, cfg.Node.Listen) || (cfg.Gateway != nil && sameListen(f.pprof, cfg.Gateway.Listen)) || (cfg.RLS != nil && sameListen(f.pprof, cfg.RLS.Listen)):
-			errs = append(errs, fmt.Errorf("-pprof-listen %q: must differ from the node's, the gateway's and the rls listen addresses", f.pprof))
-		default:
-			cfg.Node.PprofListen = f.pprof
-		}
+	return nil
+}
+
+func (f flags) overrideGatewayListen(cfg *Config) error {
+	switch {
+	case f.gwListen == "":
+		return nil
+	case cfg.Gateway == nil:
+		return fmt.Errorf("-gateway-listen %q: the config has no gateway section", f.gwListen)
+	case checkHostPort(f.gwListen) != nil:
+		return fmt.Errorf("-gateway-listen %q: %v", f.gwListen, checkHostPort(f.gwListen))
 	}
-	if f.logFormat != "" {
-		if !slices.Contains([]string{"text", "json"}, f.logFormat) {
-			errs = append(errs, fmt.Errorf("-log-format %q: must be text or json", f.logFormat))
-		}
-		cfg.Node.LogFormat = f.logFormat
+	cfg.Gateway.Listen = f.gwListen
+	return nil
+}
+
+func (f flags) overrideRLSListen(cfg *Config) error {
+	switch {
+	case f.rlsListen == "":
+		return nil
+	case cfg.RLS == nil:
+		return fmt.Errorf("-rls-listen %q: the config has no rls section", f.rlsListen)
+	case checkHostPort(f.rlsListen) != nil:
+		return fmt.Errorf("-rls-listen %q: %v", f.rlsListen, checkHostPort(f.rlsListen))
+	case sameListen(f.rlsListen, cfg.Node.Listen) || sameListen(f.rlsListen, cfg.gatewayListen()):
+		return fmt.Errorf("-rls-listen %q: must differ from the node's and the gateway's listen addresses", f.rlsListen)
 	}
-	if f.logLevel != "" {
-		if !slices.Contains(logLevels, f.logLevel) {
-			errs = append(errs, fmt.Errorf("-log-level %q: must be one of %s", f.logLevel, strings.Join(logLevels, ", ")))
-		}
-		cfg.Node.LogLevel = f.logLevel
+	cfg.RLS.Listen = f.rlsListen
+	return nil
+}
+
+// checkListenersDiffer refuses -listen or -gateway-listen on the other's
+// address.
+func (f flags) checkListenersDiffer(cfg *Config) error {
+	g := cfg.Gateway
+	switch {
+	case g == nil || (f.listen == "" && f.gwListen == "") || !sameListen(g.Listen, cfg.Node.Listen):
+		return nil
+	case f.gwListen != "":
+		return fmt.Errorf("-gateway-listen %q: must differ from the node's listen address", f.gwListen)
 	}
-	cfg.args = slices.Clone(args)
-	return cfg, errors.Join(errs...)
+	return fmt.Errorf("-listen %q: must differ from the gateway's listen address", f.listen)
+}
+
+func (f flags) overridePprof(cfg *Config) error {
+	switch {
+	case f.pprof == "":
+		return nil
+	case checkHostPort(f.pprof) != nil:
+		return fmt.Errorf("-pprof-listen %q: %v", f.pprof, checkHostPort(f.pprof))
+	case sameListen(f.pprof, cfg.Node.Listen) || sameListen(f.pprof, cfg.gatewayListen()) || (cfg.RLS != nil && sameListen(f.pprof, cfg.RLS.Listen)):
+		return fmt.Errorf("-pprof-listen %q: must differ from the node's, the gateway's and the rls listen addresses", f.pprof)
+	}
+	cfg.Node.PprofListen = f.pprof
+	return nil
+}
+
+func (f flags) overrideLogFormat(cfg *Config) error {
+	if f.logFormat == "" {
+		return nil
+	}
+	cfg.Node.LogFormat = f.logFormat
+	if !slices.Contains([]string{"text", "json"}, f.logFormat) {
+		return fmt.Errorf("-log-format %q: must be text or json", f.logFormat)
+	}
+	return nil
+}
+
+func (f flags) overrideLogLevel(cfg *Config) error {
+	if f.logLevel == "" {
+		return nil
+	}
+	cfg.Node.LogLevel = f.logLevel
+	if !slices.Contains(logLevels, f.logLevel) {
+		return fmt.Errorf("-log-level %q: must be one of %s", f.logLevel, strings.Join(logLevels, ", "))
+	}
+	return nil
+}
+
+// gatewayListen is the gateway's address, or "" without a gateway.
+func (c *Config) gatewayListen() string {
+	if c.Gateway == nil {
+		return ""
+	}
+	return c.Gateway.Listen
 }
 
 // Reload reads the configuration again with the flags and the
-// environment c was loaded with.
+// environment c was loaded with. A Config that Load did not return has no
+// flags to read again: Reload returns an error.
 func (c Config) Reload() (Config, error) {
+	if !c.loaded {
+		return Config{}, errors.New("config: not read by Load: nothing to read again")
+	}
 	return Load(c.args, c.Getenv, io.Discard)
 }
 

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -226,10 +228,107 @@ policies:
 	}
 }
 
+// One load reports every invalid field of a file, each at its line with
+// its value and what is allowed, in the order of the lines: the shape's
+// errors (types, unknown fields, allowed values) and the rules' alike. A
+// field whose value could not be read, and what depends on it, get no
+// second error.
 func TestConfigCollectsEveryError(t *testing.T) {
-	_, err := Parse("test.yaml", []byte("node:\n  colour: red\n  log_level: loud\n"), envOf(nil))
-	if err == nil || strings.Count(err.Error(), "\n") != 1 {
-		t.Errorf("err = %v, want two errors on two lines", err)
+	tests := []struct {
+		name, yaml string
+		want       []string
+	}{
+		{"shape", "node:\n  colour: red\n  log_level: loud\n", []string{
+			`test.yaml:2: node.colour: unknown field (known: admin_token, gc_heap_floor, id, listen, log_format, log_level, max_body_bytes, max_key_bytes, shutdown_timeout)`,
+			`test.yaml:3: node.log_level: "loud": must be one of debug, info, warn, error`,
+		}},
+		{"shape and rules", `node:
+  listen: localhost
+  max_body_bytes: abc
+  shutdown_timeout: 9999999999h
+namespaces:
+  - name: a
+    strategy: memory
+    window_sizes: [1s, 1s]
+    dict_capacity: -5
+  - name: b
+    strategy: memory
+    sync_rate: soon
+policies:
+  - name: p
+    namespace: a
+    cost: many
+    limits:
+      - {limit: 0, window: 1s}
+      - {limit: 10, window: 7s}
+  - name: q
+    namespace: b
+    limits: [{limit: 1, window: 3s}]
+  - name: r
+    namespace: nope
+    limits: [{limit: 1.5e16, window: 1s, burst: 3}]
+`, []string{
+			`test.yaml:2: node.listen: "localhost": must be host:port, like 127.0.0.1:8080`,
+			`test.yaml:3: node.max_body_bytes: "abc": must be a whole number`,
+			`test.yaml:4: node.shutdown_timeout: "9999999999h": must be at most 2562047h47m16.854775807s (about 292 years)`,
+			`test.yaml:8: namespaces[0].window_sizes[1]: "1s": listed twice`,
+			`test.yaml:9: namespaces[0].dict_capacity: "-5": must be >= 0 (0 keeps the dict's bound)`,
+			`test.yaml:12: namespaces[1].sync_rate: "soon": must be a duration like 1s, 1m, 1h`,
+			`test.yaml:16: policies[0].cost: "many": must be a number`,
+			`test.yaml:18: policies[0].limits[0].limit: "0": must be a finite number > 0`,
+			`test.yaml:19: policies[0].limits[1].window: "7s": must be one of the window sizes of namespace "a": 1s, 1s`,
+			`test.yaml:24: policies[2].namespace: "nope": no such namespace (namespaces: a, b)`,
+			`test.yaml:25: policies[2].limits[0].limit: "1.5e16": must be at most 1e+15`,
+			`test.yaml:25: policies[2].limits[0].burst: "3": only applies to type token_bucket and leaky_bucket, not sliding`,
+		}},
+		{"what depends on a section not read", `namespaces: {name: api}
+policies:
+  - name: p
+    namespace: api
+    limits: [{limit: 1, window: 1s}]
+  - name: [q]
+gateway:
+  upstream: http://127.0.0.1:1
+  routes: [{path: /, policy: r}]
+`, []string{
+			`test.yaml:1: namespaces: must be a list`,
+			`test.yaml:6: policies[1].name: must be a single value, not a list or a mapping`,
+			`test.yaml:6: policies[1].limits: "[]": at least one limit is required`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.yaml", []byte(tt.yaml), envOf(nil))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if got, want := err.Error(), strings.Join(tt.want, "\n"); got != want {
+				t.Errorf("errors:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// Values of the wrong type name the value and the type; a duration too
+// large names the largest.
+func TestTypeErrors(t *testing.T) {
+	tests := []struct{ name, yaml, want string }{
+		{"a number", "policies:\n  - name: p\n    limits: [{limit: abc, window: 1s}]\n", `test.yaml:3: policies[0].limits[0].limit: "abc": must be a number`},
+		{"a whole number", "node:\n  max_key_bytes: 1.5\n", `test.yaml:2: node.max_key_bytes: "1.5": must be a whole number`},
+		{"a boolean", "headers:\n  hide: sometimes\n", `test.yaml:2: headers.hide: "sometimes": must be true or false`},
+		{"a duration", "gateway:\n  upstream: http://x\n  timeout: 30\n", `test.yaml:3: gateway.timeout: "30": must be a duration like 1s, 1m, 1h`},
+		{"a duration too large", "namespaces:\n  - name: a\n    window_sizes: [300000000h]\n", `test.yaml:3: namespaces[0].window_sizes[0]: "300000000h": must be at most 2562047h47m16.854775807s (about 292 years)`},
+		{"a negative duration too large", "node:\n  shutdown_timeout: -300000000h\n", `test.yaml:2: node.shutdown_timeout: "-300000000h": must be at least -2562047h47m16.854775808s`},
+		{"a list for a string", "node:\n  id: [a, b]\n", `test.yaml:2: node.id: must be a single value, not a list or a mapping`},
+		{"a mapping for a duration", "node:\n  shutdown_timeout: {s: 1}\n", `test.yaml:2: node.shutdown_timeout: must be a duration like 1s, 1m, 1h`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("test.yaml", []byte(tt.yaml), envOf(nil))
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error:\n%v\nwant:\n%s", err, tt.want)
+			}
+		})
 	}
 }
 
@@ -472,5 +571,31 @@ func TestLimitTypes(t *testing.T) {
 		if _, ok := ParseLimitType(typ); ok {
 			t.Errorf("ParseLimitType(%q) succeeds", typ)
 		}
+	}
+}
+
+// Reload reads the file again with the flags and the environment of the
+// Load that made the configuration; a configuration Parse made has none.
+func TestReload(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "node.yaml")
+	if err := os.WriteFile(file, []byte("node: {log_level: debug}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load([]string{"-config", file, "-log-format", "json"}, envOf(map[string]string{EnvAdminToken: "tok"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte("node: {log_level: warn}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	next, err := cfg.Reload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := next.Node; n.LogLevel != "warn" || n.LogFormat != "json" || n.AdminToken != "tok" {
+		t.Errorf("reloaded: %+v, want log_level warn from the file, log_format json from the flag, the token from the environment", n)
+	}
+	if _, err := testConfig(t, "", nil).Reload(); err == nil {
+		t.Error("a configuration from Parse reloaded")
 	}
 }

@@ -205,8 +205,8 @@ namespaces:
     sync_rate: 500us
     dict: "x|y"
     dict_capacity: -1
-`, `6: namespaces[0].dict: "x|y": must not contain '|'
-FILE:5: namespaces[0].sync_rate: "500us": a periodic sync rate (> 0) must be at least 1ms
+`, `5: namespaces[0].sync_rate: "500us": a periodic sync rate (> 0) must be at least 1ms
+FILE:6: namespaces[0].dict: "x|y": must not contain '|'
 FILE:7: namespaces[0].dict_capacity: "-1": must be >= 0 (0 keeps the dict's bound)`},
 		{"every redis option error", `
 namespaces:
@@ -395,9 +395,9 @@ policies:
     limits:
       - {limit: 10, window: 1500us, type: token_bucket, burst: 20}
       - {limit: 10, window: 1s, burst: 3}
-`, `7: policies[0].limits[1].burst: "3": only applies to type token_bucket and leaky_bucket, not sliding
+`, `4: policies[0].cost: "30": must be at most limits[0].burst (20), the bucket's capacity: a larger cost can never pass
 FILE:6: policies[0].limits[0].window: "1500us": must be whole milliseconds, > 0 and at most 876000h
-FILE:4: policies[0].cost: "30": must be at most limits[0].burst (20), the bucket's capacity: a larger cost can never pass`},
+FILE:7: policies[0].limits[1].burst: "3": only applies to type token_bucket and leaky_bucket, not sliding`},
 		{"precision on a fixed window", `
 policies:
   - name: api

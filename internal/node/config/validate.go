@@ -38,7 +38,7 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		ns.applyDefaults(getenv, func(field string) bool { return set(fmt.Sprintf("namespaces[%d].%s", i, field)) })
-		if ns.DictCapacity != 0 {
+		if ns.DictCapacity > 0 { // a bad one is reported on its namespace alone
 			capacity[ns.Dict] = ns.DictCapacity
 		}
 	}
@@ -184,23 +184,57 @@ func (p *PolicyConfig) fillBursts() {
 // and the values its API accepts.
 func (s *source) validate(c *Config) error {
 	s.checkNode(&c.Node)
+	nss := s.checkNamespaces(c)
+	s.checkDictCapacities(c)
+	if c.Gateway != nil {
+		s.checkGateway(c.Gateway, c.Node.Listen)
+	}
+	policies := s.checkPolicies(c, nss)
+	if c.RLS != nil {
+		s.checkRLS(c.RLS, nss[RLSNamespace], c.Node.Listen, c.gatewayListen())
+	}
+	if c.Gateway != nil {
+		s.checkRoutePolicies(c.Gateway, policies)
+	}
+	return s.err()
+}
+
+// checkNamespaces checks each namespace, the rls section's included, and
+// returns their namespace.Config by name.
+func (s *source) checkNamespaces(c *Config) map[string]namespace.Config {
 	nss := map[string]namespace.Config{}
 	for i := range c.Namespaces {
 		ns := &c.Namespaces[i]
 		path := c.namespacePath(i)
-		switch _, dup := nss[ns.Name]; {
-		case path != "rls" && c.RLS != nil && ns.Name == RLSNamespace:
-			s.reportValue(path+".name", ns.Name, "the rls section counts in a namespace of this name: choose another")
-		case dup && ns.Name != "" && path != "rls": // a namespace named rls is reported above
-			s.reportValue(path+".name", ns.Name, "another namespace has this name")
-		}
+		s.checkNamespaceName(c, path, ns.Name, nss)
 		nss[ns.Name] = s.checkNamespace(path, ns)
+		if s.invalidWithin(path) {
+			s.unsure[ns.Name] = true
+		}
 	}
-	s.checkDictCapacities(c)
+	return nss
+}
+
+// checkNamespaceName refuses a name another namespace has, or the rls
+// section's when there is one.
+func (s *source) checkNamespaceName(c *Config, path, name string, nss map[string]namespace.Config) {
+	if path == "rls" {
+		return
+	}
+	switch _, dup := nss[name]; {
+	case c.RLS != nil && name == RLSNamespace:
+		s.reportValue(path+".name", name, "the rls section counts in a namespace of this name: choose another")
+	case dup && name != "":
+		s.reportValue(path+".name", name, "another namespace has this name")
+	}
+}
+
+// checkPolicies checks each policy against its namespace, and returns
+// the policies' names.
+func (s *source) checkPolicies(c *Config, nss map[string]namespace.Config) map[string]bool {
 	var consumer string
 	if c.Gateway != nil {
 		consumer = c.Gateway.ConsumerHeader
-		s.checkGateway(c.Gateway, c.Node.Listen)
 	}
 	names := map[string]bool{}
 	for i := range c.Policies {
@@ -212,21 +246,17 @@ func (s *source) validate(c *Config) error {
 		names[p.Name] = true
 		s.checkPolicy(path, p, nss, nsNames(c), consumer)
 	}
-	if c.RLS != nil {
-		gw := ""
-		if c.Gateway != nil {
-			gw = c.Gateway.Listen
-		}
-		s.checkRLS(c.RLS, nss[RLSNamespace], c.Node.Listen, gw)
-	}
-	if c.Gateway != nil {
-		for i, r := range c.Gateway.Routes {
-			if r.Policy != "" && !names[r.Policy] {
-				s.reportValue(fmt.Sprintf("gateway.routes[%d].policy", i), r.Policy, "no such policy")
-			}
+	return names
+}
+
+// checkRoutePolicies refuses a route to a policy that does not exist
+// (unless a policy was not read).
+func (s *source) checkRoutePolicies(g *GatewayConfig, policies map[string]bool) {
+	for i, r := range g.Routes {
+		if r.Policy != "" && !policies[r.Policy] && !s.namesUnread("policies") {
+			s.reportValue(fmt.Sprintf("gateway.routes[%d].policy", i), r.Policy, "no such policy")
 		}
 	}
-	return errors.Join(s.errs...)
 }
 
 // checkDictCapacities refuses two namespaces on one dict that set
@@ -278,12 +308,21 @@ func (s *source) checkRLS(r *RLSConfig, ns namespace.Config, nodeListen, gwListe
 	if !filepath.IsAbs(r.Path) && s.file != "" {
 		r.Path = filepath.Join(filepath.Dir(s.file), r.Path)
 	}
-	rules, err := LoadRLS(r.Path, ns)
-	if err != nil {
-		s.reportAs("rls.config", "rls.config", strconv.Quote(r.Config)+": "+err.Error())
-		return
+	var (
+		rules *rls.Config
+		err   error
+	)
+	if s.unsure[RLSNamespace] { // the files' own errors only: their rules' depend on the section's fields
+		rules, err = rls.LoadPath(r.Path)
+	} else {
+		rules, err = LoadRLS(r.Path, ns)
 	}
-	r.Rules = rules
+	for _, err := range joined(err) {
+		s.reportAs("rls.config", "rls.config", strconv.Quote(r.Config)+": "+err.Error())
+	}
+	if err == nil {
+		r.Rules = rules
+	}
 }
 
 // LoadRLS loads the rls configuration at path and checks its extension
@@ -395,9 +434,10 @@ func joined(err error) []error {
 
 // libError records an error a library package's Validate found about the
 // field at path, unless the node already reported one about it (a missing
-// limit is "required", not "0: must be > 0").
+// limit is "required", not "0: must be > 0") or about a field within it.
 func (s *source) libError(path, value, allowed string) {
-	if !s.reported[path] {
+	if !s.reported[path] && !s.invalidWithin(path) { // a list with an item not read is shorter
+
 		s.bad(path, value, allowed)
 	}
 }
@@ -406,29 +446,42 @@ func (s *source) libError(path, value, allowed string) {
 // strategy: sync_rate, url and the store options.
 func (s *source) checkStrategy(path string, ns *NamespaceConfig) {
 	field := func(name string) string { return path + "." + name }
+	local := ns.Strategy == StrategyLocal
 	switch {
-	case ns.Strategy == StrategyLocal && s.set(field("sync_rate")):
+	case local && s.set(field("sync_rate")):
 		s.bad(field("sync_rate"), "", "only with strategy memory, redis or postgres (a local namespace never syncs)")
-	case ns.Strategy != StrategyLocal && ns.SyncRate < 0:
+	case !local && ns.SyncRate < 0:
 		s.bad(field("sync_rate"), "", "must be > 0 (periodic) or 0 (synchronous); use strategy local for no sync")
 	}
-	switch {
-	case s.set(field("timeout")) && ns.Strategy == StrategyLocal:
-		s.bad(field("timeout"), "", "only with strategy memory, redis or postgres (a local namespace never waits for a store)")
-	case s.set(field("timeout")) && (ns.Timeout < Duration(time.Millisecond) || ns.Timeout > Duration(time.Minute)):
-		s.bad(field("timeout"), "", "must be from 1ms to 1m, like 500ms or 1s")
-	}
-	if ns.Strategy == StrategyLocal && ns.Clock == ClockStore && s.set(field("clock")) {
+	s.checkTimeout(field("timeout"), ns)
+	if local && ns.Clock == ClockStore && s.set(field("clock")) {
 		s.bad(field("clock"), ClockStore, "only with strategy memory, redis or postgres (a local namespace has no store to take the time of: it counts on the node's clock)")
 	}
+	s.checkStoreFields(path, ns)
+}
+
+// checkTimeout checks a namespace's call timeout, at path.
+func (s *source) checkTimeout(path string, ns *NamespaceConfig) {
+	switch {
+	case !s.set(path):
+	case ns.Strategy == StrategyLocal:
+		s.bad(path, "", "only with strategy memory, redis or postgres (a local namespace never waits for a store)")
+	case ns.Timeout < Duration(time.Millisecond) || ns.Timeout > Duration(time.Minute):
+		s.bad(path, "", "must be from 1ms to 1m, like 500ms or 1s")
+	}
+}
+
+// checkStoreFields refuses the url and the store options of a namespace
+// whose strategy does not take them.
+func (s *source) checkStoreFields(path string, ns *NamespaceConfig) {
 	if ns.URLFrom == "file" && ns.Strategy != StrategyRedis && ns.Strategy != StrategyPostgres {
-		s.report(field("url"), "only with strategy redis or postgres")
+		s.report(path+".url", "only with strategy redis or postgres")
 	}
-	if s.set(field("redis")) && ns.Strategy != StrategyRedis {
-		s.report(field("redis"), "only with strategy redis")
+	if s.set(path+".redis") && ns.Strategy != StrategyRedis {
+		s.report(path+".redis", "only with strategy redis")
 	}
-	if s.set(field("postgres")) && ns.Strategy != StrategyPostgres {
-		s.report(field("postgres"), "only with strategy postgres")
+	if s.set(path+".postgres") && ns.Strategy != StrategyPostgres {
+		s.report(path+".postgres", "only with strategy postgres")
 	}
 }
 
@@ -469,48 +522,72 @@ func (s *source) checkStoreURL(path string, ns *NamespaceConfig) {
 	}
 }
 
-// checkPolicy checks the policy at path against its namespace.
+// checkPolicy checks the policy at path: its own fields, each limit, its
+// key, and then, against its namespace, the rules of
+// middleware.Policy.Validate.
 func (s *source) checkPolicy(path string, p *PolicyConfig, nss map[string]namespace.Config, known, consumer string) {
-	field := func(name string) string { return path + "." + name }
 	if p.Name == "" {
-		s.report(field("name"), "required")
+		s.report(path+".name", "required")
 	}
 	if len(p.Limits) > MaxLimits {
-		s.report(field("limits"), fmt.Sprintf("%d limits: at most %d", len(p.Limits), MaxLimits))
+		s.report(path+".limits", fmt.Sprintf("%d limits: at most %d", len(p.Limits), MaxLimits))
 	}
-	switch {
-	case s.set(field("cost")) && p.Cost == 0:
-		s.bad(field("cost"), "0", "must be > 0 (leave it out for 1)")
-	case p.Cost > MaxNumber:
-		s.bad(field("cost"), formatNumber(p.Cost), fmt.Sprintf("must be at most %g", float64(MaxNumber)))
-	}
+	s.checkCost(path+".cost", p.Cost)
 	for j, l := range p.Limits {
-		lim := fmt.Sprintf("%s.limits[%d]", path, j)
-		switch {
-		case !s.set(lim + ".limit"):
-			s.report(lim+".limit", "required: hits allowed per window, > 0")
-		case l.Limit > MaxNumber:
-			s.bad(lim+".limit", formatNumber(l.Limit), fmt.Sprintf("must be at most %g", float64(MaxNumber)))
-		}
-		if !s.set(lim + ".window") {
-			s.report(lim+".window", "required: a duration like 1s, 1m, 1h")
-		}
-		s.checkBurst(lim, l)
-		s.checkPrecision(lim, l)
+		s.checkLimit(fmt.Sprintf("%s.limits[%d]", path, j), l)
 	}
-	opts := middleware.KeyOptions{ConsumerHeader: consumer}
-	if _, err := middleware.ParseKey(p.Key, opts); err != nil {
-		s.report(field("key"), strings.TrimPrefix(err.Error(), "middleware: "))
+	if _, err := middleware.ParseKey(p.Key, middleware.KeyOptions{ConsumerHeader: consumer}); err != nil {
+		s.report(path+".key", strings.TrimPrefix(err.Error(), "middleware: "))
 	}
+	s.checkPolicyInNamespace(path, p, nss, known)
+}
+
+// checkCost checks a policy's cost, at path: > 0 when given, at most
+// MaxNumber.
+func (s *source) checkCost(path string, cost float64) {
+	switch {
+	case s.set(path) && cost == 0:
+		s.bad(path, "0", "must be > 0 (leave it out for 1)")
+	case cost > MaxNumber:
+		s.bad(path, formatNumber(cost), fmt.Sprintf("must be at most %g", float64(MaxNumber)))
+	}
+}
+
+// checkLimit checks the fields of the limit at path that do not depend on
+// its namespace: limit and window given, numbers in range, burst and
+// precision only for the types they apply to.
+func (s *source) checkLimit(path string, l LimitConfig) {
+	switch {
+	case !s.set(path + ".limit"):
+		s.report(path+".limit", "required: hits allowed per window, > 0")
+	case l.Limit > MaxNumber:
+		s.bad(path+".limit", formatNumber(l.Limit), fmt.Sprintf("must be at most %g", float64(MaxNumber)))
+	}
+	if !s.set(path + ".window") {
+		s.report(path+".window", "required: a duration like 1s, 1m, 1h")
+	}
+	s.checkBurst(path, l)
+	s.checkPrecision(path, l)
+}
+
+// checkPolicyInNamespace checks the policy at path against its namespace
+// with middleware.Policy.Validate, unless the namespace has invalid
+// fields (the policy's errors would follow from them).
+func (s *source) checkPolicyInNamespace(path string, p *PolicyConfig, nss map[string]namespace.Config, known string) {
 	ns, found := nss[p.Namespace]
-	if !found {
-		s.reportValue(field("namespace"), p.Namespace, "no such namespace (namespaces: "+known+")")
+	switch {
+	case !found && s.namesUnread("namespaces"): // it may be the one not read
+		return
+	case !found:
+		s.reportValue(path+".namespace", p.Namespace, "no such namespace (namespaces: "+known+")")
+		return
+	case s.unsure[p.Namespace]:
 		return
 	}
 	for _, err := range joined(p.Policy(nil).Validate(ns)) {
 		var pe *middleware.PolicyError
 		if errors.As(err, &pe) {
-			s.libError(field(pe.Key), pe.Value, pe.Allowed)
+			s.libError(path+"."+pe.Key, pe.Value, pe.Allowed)
 		}
 	}
 }

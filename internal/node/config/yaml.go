@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -24,11 +25,30 @@ import (
 type source struct {
 	file     string
 	nodes    map[string]*yaml.Node
-	errs     []error
+	errs     []lineError
 	reported map[string]bool // paths with an error
+	invalid  map[string]bool // paths of the wrong shape (walk's errors): their values were not read
+	unsure   map[string]bool // namespaces with an invalid field: what depends on them is not checked
 	lines    map[string]int  // of each field: its key's line, or a list item's own
 	visited  int             // values walked, aliases expanded
 	stopped  bool            // walk gave up: too many values or errors
+}
+
+// lineError is an error about the file's line.
+type lineError struct {
+	line int
+	err  error
+}
+
+// err returns the errors found, joined, in the order of their lines (the
+// shape's and the rules' of one line in the order found); nil if none.
+func (s *source) err() error {
+	slices.SortStableFunc(s.errs, func(a, b lineError) int { return cmp.Compare(a.line, b.line) })
+	errs := make([]error, len(s.errs))
+	for i, e := range s.errs {
+		errs[i] = e.err
+	}
+	return errors.Join(errs...)
 }
 
 // Bounds of walk: a file whose aliases expand to more values than
@@ -40,7 +60,7 @@ const (
 )
 
 func newSource(file string) *source {
-	return &source{file: file, nodes: map[string]*yaml.Node{}, reported: map[string]bool{}, lines: map[string]int{}}
+	return &source{file: file, nodes: map[string]*yaml.Node{}, reported: map[string]bool{}, invalid: map[string]bool{}, unsure: map[string]bool{}, lines: map[string]int{}}
 }
 
 // decode parses data into cfg: YAML syntax first, then the shape of every
@@ -63,12 +83,21 @@ func (s *source) decode(data []byte, cfg *Config) error {
 		return nil
 	}
 	s.walk(doc.Content[0], reflect.TypeFor[Config](), "", "")
-	if len(s.errs) > 0 {
-		return errors.Join(s.errs...)
+	if s.stopped {
+		return s.err()
 	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
+	err := dec.Decode(cfg)
+	var te *yaml.TypeError
+	switch {
+	case err == nil || errors.Is(err, io.EOF):
+	case errors.As(err, &te) && len(s.errs) > 0:
+		// walk reported the fields the decoder refused, which it left
+		// empty; validation goes on without them (invalid).
+	case len(s.errs) > 0:
+		return s.err()
+	default:
 		return s.decodeError(err, doc.Content[0].Line) // not expected: walk finds what Decode refuses
 	}
 	return nil
@@ -194,17 +223,64 @@ func (s *source) text(path, def string) string {
 	return def
 }
 
+// isInvalid reports whether walk found the field at path, or one holding
+// it, of the wrong shape.
+func (s *source) isInvalid(path string) bool {
+	for len(s.invalid) > 0 && path != "" {
+		if s.invalid[path] {
+			return true
+		}
+		i := strings.LastIndexAny(path, ".[")
+		if i < 0 {
+			break
+		}
+		path = path[:i]
+	}
+	return false
+}
+
+// invalidWithin reports whether walk found a field at or under path of
+// the wrong shape.
+func (s *source) invalidWithin(path string) bool {
+	for p := range s.invalid {
+		if p == path || strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
+			return true
+		}
+	}
+	return false
+}
+
+// namesUnread reports whether walk found the list at path ("namespaces",
+// "policies"), one of its items, or an item's name of the wrong shape: a
+// name the file may give was not read.
+func (s *source) namesUnread(path string) bool {
+	for p := range s.invalid {
+		rest, ok := strings.CutPrefix(p, path)
+		rest = strings.TrimSuffix(rest, ".name")
+		if ok && (rest == "" || strings.HasPrefix(rest, "[") && strings.Count(rest, "[") == 1 && strings.HasSuffix(rest, "]")) {
+			return true
+		}
+	}
+	return false
+}
+
 // report records an error about the field at path: "file:line: path: msg".
 func (s *source) report(path, msg string) { s.reportAs(path, path, msg) }
 
-// reportAs records an error about the field at path, named label.
+// reportAs records an error about the field at path, named label, unless
+// the field, or one holding it, does not have the shape it must have: its
+// value was not read, and the shape's error says why.
 func (s *source) reportAs(path, label, msg string) {
-	s.reported[path] = true
-	if s.file == "" {
-		s.errs = append(s.errs, fmt.Errorf("%s: %s", label, msg))
+	if s.isInvalid(path) {
 		return
 	}
-	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, s.line(path), label, msg))
+	s.reported[path] = true
+	if s.file == "" {
+		s.errs = append(s.errs, lineError{0, fmt.Errorf("%s: %s", label, msg)})
+		return
+	}
+	line := s.line(path)
+	s.errs = append(s.errs, lineError{line, fmt.Errorf("%s:%d: %s: %s", s.file, line, label, msg)})
 }
 
 // reportValue records an error about the value of the field at path,
@@ -232,7 +308,8 @@ func (s *source) fail(n *yaml.Node, path, msg string) {
 // failAt records an error at line.
 func (s *source) failAt(line int, path, msg string) {
 	s.reported[path] = true
-	s.errs = append(s.errs, fmt.Errorf("%s:%d: %s: %s", s.file, line, path, msg))
+	s.invalid[path] = true
+	s.errs = append(s.errs, lineError{line, fmt.Errorf("%s:%d: %s: %s", s.file, line, path, msg)})
 }
 
 func (s *source) failValue(n *yaml.Node, path, msg string) {
@@ -266,18 +343,7 @@ var (
 // under path. oneOf lists the values a string (or each string of a list)
 // may take. A null is an empty value of any type.
 func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
-	if s.stopped {
-		return
-	}
-	s.visited++
-	switch {
-	case s.visited > maxValues:
-		s.stopped = true
-		s.fail(n, path, fmt.Sprintf("too many values: the file, aliases expanded, has more than %d", maxValues))
-		return
-	case len(s.errs) >= maxErrors:
-		s.stopped = true
-		s.errs = append(s.errs, fmt.Errorf("%s: more than %d errors; stopped", s.file, maxErrors))
+	if !s.count(n, path) {
 		return
 	}
 	if _, ok := s.lines[path]; !ok {
@@ -293,32 +359,61 @@ func (s *source) walk(n *yaml.Node, t reflect.Type, path, oneOf string) {
 	}
 	switch {
 	case t == durationType:
-		var d Duration
-		if !s.tagFits(n, t, path) {
-			return
-		}
-		if err := d.UnmarshalYAML(n); err != nil {
-			s.failValue(n, path, err.Error())
-		}
+		s.duration(n, path)
 	case t.Kind() == reflect.Struct:
 		s.mapping(n, t, path)
 	case t == stringListType && n.Kind == yaml.ScalarNode:
 		s.scalar(n, reflect.TypeFor[string](), path, oneOf)
 	case t.Kind() == reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			s.fail(n, path, "must be a list")
-			return
-		}
-		for i, item := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			if isNull(resolve(item)) { // the decoder drops it: later items would move up
-				s.fail(item, p, "must not be empty")
-				continue
-			}
-			s.walk(item, t.Elem(), p, oneOf)
-		}
+		s.list(n, t, path, oneOf)
 	default:
 		s.scalar(n, t, path, oneOf)
+	}
+}
+
+// count counts a value walked and reports whether walking goes on: it
+// stops after maxValues values (aliases expanded) or maxErrors errors.
+func (s *source) count(n *yaml.Node, path string) bool {
+	if s.stopped {
+		return false
+	}
+	s.visited++
+	switch {
+	case s.visited > maxValues:
+		s.stopped = true
+		s.fail(n, path, fmt.Sprintf("too many values: the file, aliases expanded, has more than %d", maxValues))
+	case len(s.errs) >= maxErrors:
+		s.stopped = true
+		s.errs = append(s.errs, lineError{math.MaxInt, fmt.Errorf("%s: more than %d errors; stopped", s.file, maxErrors)})
+	}
+	return !s.stopped
+}
+
+// duration checks a duration.
+func (s *source) duration(n *yaml.Node, path string) {
+	if !s.tagFits(n, durationType, path) {
+		return
+	}
+	if n.Kind != yaml.ScalarNode {
+		s.fail(n, path, errDuration.Error())
+	} else if _, err := parseDuration(n.Value); err != nil {
+		s.failValue(n, path, err.Error())
+	}
+}
+
+// list checks a list of values of t's element type, none empty.
+func (s *source) list(n *yaml.Node, t reflect.Type, path, oneOf string) {
+	if n.Kind != yaml.SequenceNode {
+		s.fail(n, path, "must be a list")
+		return
+	}
+	for i, item := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if isNull(resolve(item)) { // the decoder drops it: later items would move up
+			s.fail(item, p, "must not be empty")
+			continue
+		}
+		s.walk(item, t.Elem(), p, oneOf)
 	}
 }
 
@@ -390,23 +485,37 @@ func (s *source) scalar(n *yaml.Node, t reflect.Type, path, oneOf string) {
 	if !s.tagFits(n, t, path) {
 		return
 	}
-	var (
-		i int64
-		f float64
-		k = t.Kind()
-	)
-	switch {
-	case k == reflect.Bool && n.Tag != "!!bool":
-		s.failValue(n, path, "must be true or false")
-	case (k == reflect.Int || k == reflect.Int64) && (n.Tag != "!!int" || n.Decode(&i) != nil):
-		s.failValue(n, path, "must be a whole number")
-	case k == reflect.Float64 && (n.Tag != "!!int" && n.Tag != "!!float" || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0)):
-		s.failValue(n, path, "must be a number")
-	case k == reflect.String && oneOf != "" && !slices.Contains(strings.Fields(oneOf), n.Value):
-		s.failValue(n, path, "must be one of "+strings.ReplaceAll(oneOf, " ", ", "))
-	case n.Decode(reflect.New(t).Interface()) != nil:
+	if msg := scalarError(n, t.Kind(), oneOf); msg != "" {
+		s.failValue(n, path, msg)
+	} else if n.Decode(reflect.New(t).Interface()) != nil {
 		s.fail(n, path, "cannot be read as "+kindText(t)) // the value may be a secret
 	}
+}
+
+// scalarError returns what is wrong with the single value n for a field
+// of kind k, or "". oneOf lists the values a string may take.
+func scalarError(n *yaml.Node, k reflect.Kind, oneOf string) string {
+	switch k {
+	case reflect.Bool:
+		if n.Tag != "!!bool" {
+			return "must be true or false"
+		}
+	case reflect.Int, reflect.Int64:
+		var i int64
+		if n.Tag != "!!int" || n.Decode(&i) != nil {
+			return "must be a whole number"
+		}
+	case reflect.Float64:
+		var f float64
+		if n.Tag != "!!int" && n.Tag != "!!float" || n.Decode(&f) != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return "must be a number"
+		}
+	case reflect.String:
+		if oneOf != "" && !slices.Contains(strings.Fields(oneOf), n.Value) {
+			return "must be one of " + strings.ReplaceAll(oneOf, " ", ", ")
+		}
+	}
+	return ""
 }
 
 // tagFits reports whether the explicit tag of n, if any, fits a value of
