@@ -11,6 +11,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,16 +25,21 @@ func main() {
 	}
 	type cnt struct{ names, fields, methods int }
 	res := map[string]*cnt{}
-	filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
-		if info.IsDir() && (strings.HasPrefix(info.Name(), ".") && p != root) {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
 			return filepath.SkipDir
 		}
-		if info.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+		if d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 			return nil
 		}
-		fs := token.NewFileSet()
-		f, err := parser.ParseFile(fs, p, nil, 0)
-		if err != nil || f.Name.Name == "main" {
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, 0)
+		if err != nil {
+			return err
+		}
+		if f.Name.Name == "main" {
 			return nil
 		}
 		dir, _ := filepath.Rel(root, filepath.Dir(p))
@@ -88,6 +94,10 @@ func main() {
 		}
 		return nil
 	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "exported:", err)
+		os.Exit(1)
+	}
 	var ks []string
 	for k := range res {
 		ks = append(ks, k)
