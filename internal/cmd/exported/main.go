@@ -18,13 +18,50 @@ import (
 	"strings"
 )
 
+// counts is what one package exports.
+type counts struct{ names, methods, fields int }
+
+func (c *counts) add(o counts) {
+	c.names += o.names
+	c.methods += o.methods
+	c.fields += o.fields
+}
+
 func main() {
 	root := "."
 	if len(os.Args) > 1 {
 		root = os.Args[1]
 	}
-	type cnt struct{ names, fields, methods int }
-	res := map[string]*cnt{}
+	byDir, err := walk(root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "exported:", err)
+		os.Exit(1)
+	}
+	dirs := make([]string, 0, len(byDir))
+	for d := range byDir {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	var all, importable counts
+	for _, d := range dirs {
+		c := byDir[d]
+		row(d, *c)
+		all.add(*c)
+		if d != "internal" && !strings.HasPrefix(d, "internal/") {
+			importable.add(*c)
+		}
+	}
+	row("importable (not internal/)", importable)
+	row("total", all)
+}
+
+func row(name string, c counts) {
+	fmt.Printf("%-28s names %4d  methods %4d  fields %4d\n", name, c.names, c.methods, c.fields)
+}
+
+// walk counts the exports of every package under root, by directory.
+func walk(root string) (map[string]*counts, error) {
+	byDir := map[string]*counts{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -36,86 +73,78 @@ func main() {
 			return nil
 		}
 		f, err := parser.ParseFile(token.NewFileSet(), p, nil, 0)
+		if err != nil || f.Name.Name == "main" {
+			return err
+		}
+		dir, err := filepath.Rel(root, filepath.Dir(p))
 		if err != nil {
 			return err
 		}
-		if f.Name.Name == "main" {
-			return nil
+		if byDir[dir] == nil {
+			byDir[dir] = &counts{}
 		}
-		dir, _ := filepath.Rel(root, filepath.Dir(p))
-		c := res[dir]
-		if c == nil {
-			c = &cnt{}
-			res[dir] = c
-		}
-		for _, d := range f.Decls {
-			switch d := d.(type) {
-			case *ast.FuncDecl:
-				if !d.Name.IsExported() {
-					continue
-				}
-				if d.Recv != nil {
-					c.methods++
-				} else {
-					c.names++
-				}
-			case *ast.GenDecl:
-				for _, s := range d.Specs {
-					switch s := s.(type) {
-					case *ast.TypeSpec:
-						if !s.Name.IsExported() {
-							continue
-						}
-						c.names++
-						if st, ok := s.Type.(*ast.StructType); ok {
-							for _, fl := range st.Fields.List {
-								for _, n := range fl.Names {
-									if n.IsExported() {
-										c.fields++
-									}
-								}
-								if len(fl.Names) == 0 {
-									c.fields++
-								}
-							}
-						}
-						if it, ok := s.Type.(*ast.InterfaceType); ok {
-							c.methods += len(it.Methods.List)
-						}
-					case *ast.ValueSpec:
-						for _, n := range s.Names {
-							if n.IsExported() {
-								c.names++
-							}
-						}
-					}
-				}
-			}
-		}
+		byDir[dir].add(file(f))
 		return nil
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "exported:", err)
-		os.Exit(1)
-	}
-	var ks []string
-	for k := range res {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	var t, pub cnt
-	for _, k := range ks {
-		c := res[k]
-		fmt.Printf("%-28s names %4d  methods %4d  fields %4d\n", k, c.names, c.methods, c.fields)
-		t.names += c.names
-		t.methods += c.methods
-		t.fields += c.fields
-		if k != "internal" && !strings.HasPrefix(k, "internal/") {
-			pub.names += c.names
-			pub.methods += c.methods
-			pub.fields += c.fields
+	return byDir, err
+}
+
+// file counts the exports of one file.
+func file(f *ast.File) counts {
+	var c counts
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			switch {
+			case !d.Name.IsExported():
+			case d.Recv != nil:
+				c.methods++
+			default:
+				c.names++
+			}
+		case *ast.GenDecl:
+			for _, s := range d.Specs {
+				c.add(spec(s))
+			}
 		}
 	}
-	fmt.Printf("%-28s names %4d  methods %4d  fields %4d\n", "importable (not internal/)", pub.names, pub.methods, pub.fields)
-	fmt.Printf("%-28s names %4d  methods %4d  fields %4d\n", "total", t.names, t.methods, t.fields)
+	return c
+}
+
+// spec counts the exports of one type, constant or variable spec.
+func spec(s ast.Spec) counts {
+	var c counts
+	switch s := s.(type) {
+	case *ast.TypeSpec:
+		if !s.Name.IsExported() {
+			return c
+		}
+		c.names++
+		switch t := s.Type.(type) {
+		case *ast.StructType:
+			for _, fl := range t.Fields.List {
+				c.fields += exportedNames(fl.Names, len(fl.Names) == 0)
+			}
+		case *ast.InterfaceType:
+			c.methods += len(t.Methods.List)
+		}
+	case *ast.ValueSpec:
+		c.names += exportedNames(s.Names, false)
+	}
+	return c
+}
+
+// exportedNames returns how many of names are exported; an embedded field
+// (no names) counts as one.
+func exportedNames(names []*ast.Ident, embedded bool) int {
+	if embedded {
+		return 1
+	}
+	n := 0
+	for _, id := range names {
+		if id.IsExported() {
+			n++
+		}
+	}
+	return n
 }
