@@ -1,6 +1,8 @@
 package ratelimiting
 
 import (
+	"math"
+
 	"github.com/ratesync/ratesync/internal/arith"
 )
 
@@ -13,10 +15,35 @@ import (
 // converted to uint).
 const _ = uint(arith.MaxSpan-MaxPrecisionWindows) + uint(MaxPrecisionWindows-arith.MaxSpan)
 
-// limitState writes limit l's state into out from the Outcome arith
-// judged.
-func limitState(out *LimitState, l *Limit, o arith.Outcome) {
-	*out = LimitState{Limit: *l, Allowed: o.Allowed, Rate: o.Rate, Remaining: o.Remaining, Reset: arith.Ms(o.Reset), RetryAfter: arith.Ms(o.RetryAfter)}
+// windowLimitState writes a window limit's LimitState into out, which must
+// be zero, from its state after the decision; before is the current count
+// before it.
+func windowLimitState(out *LimitState, l *Limit, st *arith.Window, before, cost float64, allowed bool) {
+	fixed := l.fixed()
+	out.Limit, out.Rate = *l, st.Rate(fixed)
+	out.Remaining = st.Remaining(l.Limit, math.Floor(l.Limit-out.Rate), fixed)
+	out.Reset = arith.Ms(st.Reset(fixed))
+	out.Allowed = allowed || arith.WindowFits(before, st.Prev, cost, l.Limit, st.Size, st.Elapsed, fixed)
+	if !out.Allowed {
+		out.RetryAfter = arith.Ms(st.Retry(cost, l.Limit, fixed))
+	}
+}
+
+// bucketLimitState writes a bucket limit's LimitState at now into out,
+// which must be zero: before is the state the request was judged on, after
+// the state once counted (the same when it was not).
+func bucketLimitState(out *LimitState, l *Limit, before, after *arith.Bucket, cost float64, now int64, allowed bool) {
+	burst := l.burst()
+	lvl := after.Level(now)
+	out.Limit, out.Rate = *l, lvl/float64(after.Window)
+	out.Remaining = arith.BucketRemaining(lvl, burst, after.Window)
+	if lvl > 0 {
+		out.Reset = arith.Ms(after.EmptyIn(now, lvl))
+	}
+	out.Allowed = allowed || before.Fits(now, cost, burst)
+	if !out.Allowed {
+		out.RetryAfter = arith.Ms(before.Retry(now, cost, burst))
+	}
 }
 
 // spanLimitState writes the LimitState of precision limit l, on span s
@@ -27,14 +54,16 @@ func limitState(out *LimitState, l *Limit, o arith.Outcome) {
 func (p *plan) spanLimitState(out *LimitState, l *Limit, s *sgroup, key string, allowed bool) {
 	g := &p.groups[s.g]
 	size := g.sr.Size()
+	out.Limit = *l
 	if allowed && g.cur > 0 {
 		// The common case needs no sub-window but the current one: the
 		// span's older counts are the ones read (mid, old), and its hits
 		// weigh until now - span passes the current sub-window's end.
 		ws := arith.Window{Cur: g.cur + s.mid, Prev: s.old, Size: size, Elapsed: g.e}
-		o := ws.Judge(g.before, p.cost, l.Limit, false, true)
-		o.Reset = size - g.e + s.span
-		limitState(out, l, o)
+		out.Rate = ws.Rate(false)
+		out.Remaining = ws.Remaining(l.Limit, math.Floor(l.Limit-out.Rate), false)
+		out.Reset = arith.Ms(size - g.e + s.span)
+		out.Allowed = true
 		return
 	}
 	var buf [MaxPrecisionWindows + 1]float64
@@ -48,5 +77,14 @@ func (p *plan) spanLimitState(out *LimitState, l *Limit, s *sgroup, key string, 
 			counts[back] = w.Value(key)
 		}
 	}
-	limitState(out, l, arith.JudgeSpan(counts, g.before, p.cost, l.Limit, s.span, size, g.e, allowed))
+	cur, old := arith.SpanParts(counts)
+	ws := arith.Window{Cur: cur, Prev: old, Size: size, Elapsed: g.e}
+	out.Rate = ws.Rate(false)
+	out.Remaining = ws.Remaining(l.Limit, math.Floor(l.Limit-out.Rate), false)
+	out.Reset = arith.Ms(arith.SpanReset(counts, s.span, size, g.e))
+	counts[0] = g.before
+	out.Allowed = allowed || arith.SpanFits(counts, p.cost, l.Limit, size, g.e)
+	if !out.Allowed {
+		out.RetryAfter = arith.Ms(arith.SpanRetry(counts, p.cost, l.Limit, size, g.e))
+	}
 }

@@ -478,12 +478,12 @@ func (p *plan) decide(key string, allowed bool, out []LimitState) (retry time.Du
 		case refWindow:
 			g := &p.groups[r.j]
 			ws := g.state()
-			limitState(st, l, ws.Judge(g.before, p.cost, l.Limit, l.fixed(), allowed))
+			windowLimitState(st, l, &ws, g.before, p.cost, allowed)
 		case refSpan:
 			p.spanLimitState(st, l, &p.spans[r.j], key, allowed)
 		case refBucket:
 			b := &p.buckets[r.j]
-			limitState(st, l, arith.JudgeBucket(&b.before, &b.after, p.cost, l.burst(), p.now, allowed))
+			bucketLimitState(st, l, &b.before, &b.after, p.cost, p.now, allowed)
 		case refKeyed:
 			p.keyedLimitState(st, i, &p.keyed[r.j], allowed)
 		}

@@ -223,7 +223,7 @@ func (in *Instance) allowBucket(out *LimitState, name, key string, cost float64,
 		}
 		return true, ErrClosed
 	}
-	limitState(out, l, arith.JudgeBucket(&b.before, &b.after, cost, l.burst(), now, allowed))
+	bucketLimitState(out, l, &b.before, &b.after, cost, now, allowed)
 	return true, nil
 }
 

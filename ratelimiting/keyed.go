@@ -232,9 +232,18 @@ func (p *plan) settleKeyed(allowed bool) {
 // log k, into out, which must be zero.
 func (p *plan) keyedLimitState(out *LimitState, i int, k *kgroup, allowed bool) {
 	l := &p.limits[i]
-	if k.algo == AnchoredWindow {
-		limitState(out, l, arith.JudgeAnchored(k.count, k.at, k.before, p.cost, l.Limit, k.window, p.now, allowed))
+	out.Limit, out.Rate = *l, k.count
+	out.Remaining = arith.WholeFit(func(n float64) bool { return k.fitsLimit(k.count, n, l.Limit) }, l.Limit-k.count)
+	if k.count > 0 && k.at != 0 {
+		out.Reset = arith.Ms(max(0, k.at+k.window-p.now))
+	}
+	out.Allowed = allowed || k.fitsLimit(k.before, p.cost, l.Limit)
+	if out.Allowed {
 		return
 	}
-	limitState(out, l, arith.JudgeLog(k.count, k.at, k.before, p.cost, l.Limit, k.window, p.now, p.retry[i], allowed))
+	if k.algo == AnchoredWindow {
+		out.RetryAfter = arith.Ms(max(1, k.at+k.window-p.now))
+		return
+	}
+	out.RetryAfter = arith.Ms(max(1, p.retry[i]-p.now))
 }

@@ -165,33 +165,44 @@ type Request struct {
 func limitField(i int, name string) string { return fmt.Sprintf("limits[%d].%s", i, name) }
 
 // validateLimit checks limit i of req on its own: what every namespace
-// refuses. The steps run in this order, and the first that fails names
-// its field: the limit and algorithm, the burst, a bucket's or keyed
-// limit's window, penalty, a log's bounds, the precision, a bucket's
-// refill time, and the cost.
+// refuses. A valid limit passes each step at the cost of a few comparisons
+// (each step inlines): the limit and algorithm, the burst, a bucket's or
+// keyed limit's own window, penalty, a log's bounds, the precision, a
+// bucket's refill time, and the cost. limitError names the first step a
+// limit fails.
 func validateLimit(i int, l *Limit, cost float64, penalty bool) error {
-	if err := checkKind(i, l); err != nil {
-		return err
+	if kindOK(l) && burstOK(l) && ownWindowOK(l) && penaltyOK(l, penalty) && logOK(l, cost) &&
+		(l.Precision == 0 || validatePrecision(i, l, penalty) == nil) && refillOK(l) && costOK(l, cost) {
+		return nil
 	}
-	if err := checkBurst(i, l); err != nil {
-		return err
-	}
-	if err := checkOwnWindow(i, l); err != nil {
-		return err
-	}
-	if err := checkPenalty(i, l, penalty); err != nil {
-		return err
-	}
-	if err := checkLog(i, l, cost); err != nil {
-		return err
+	return limitError(i, l, cost, penalty)
+}
+
+// limitError returns the error of the first step of validateLimit that
+// limit i fails, naming the field, its value and what is allowed.
+func limitError(i int, l *Limit, cost float64, penalty bool) error {
+	switch {
+	case !kindOK(l):
+		return kindError(i, l)
+	case !burstOK(l):
+		return burstError(i, l)
+	case !ownWindowOK(l):
+		return badLimit(i, "window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
+	case !penaltyOK(l, penalty):
+		return penaltyError(i, l)
+	case !logOK(l, cost):
+		return logError(i, l, cost)
 	}
 	if err := validatePrecision(i, l, penalty); err != nil {
 		return err
 	}
-	if err := checkRefill(i, l); err != nil {
-		return err
+	switch {
+	case !refillOK(l):
+		return refillError(i, l)
+	case !costOK(l, cost):
+		return costError(i, l, cost)
 	}
-	return checkCostFits(i, l, cost)
+	return nil
 }
 
 // badLimit is limit i's field with value, and what is allowed.
@@ -199,96 +210,96 @@ func badLimit(i int, field, value, allowed string) error {
 	return &InputError{Field: limitField(i, field), Value: value, Allowed: allowed}
 }
 
-// checkKind checks the limit, the algorithm, and fixed.
-func checkKind(i int, l *Limit) error {
+// kindOK: the limit is finite and > 0, the algorithm known, and fixed set
+// only on a window algorithm.
+func kindOK(l *Limit) bool {
+	return l.Limit-l.Limit == 0 && l.Limit > 0 && l.Algorithm <= LeakyBucket &&
+		(!l.Fixed || l.Algorithm == SlidingWindow || l.Algorithm == FixedWindow)
+}
+
+func kindError(i int, l *Limit) error {
 	switch {
 	case l.Limit-l.Limit != 0 || l.Limit <= 0: // NaN, ±Inf, <= 0
 		return badLimit(i, "limit", fmt.Sprint(l.Limit), "must be a finite number > 0")
 	case l.Algorithm > LeakyBucket:
 		return badLimit(i, "algorithm", l.Algorithm.String(), "must be one of "+strings.Join(algorithmNames[:], ", "))
-	case l.Fixed && l.Algorithm != SlidingWindow && l.Algorithm != FixedWindow:
-		return badLimit(i, "fixed", "true", fmt.Sprintf("only applies to sliding_window and fixed_window, not %s", l.Algorithm))
 	}
-	return nil
+	return badLimit(i, "fixed", "true", fmt.Sprintf("only applies to sliding_window and fixed_window, not %s", l.Algorithm))
 }
 
-// checkBurst checks the burst: finite, >= 0, and on buckets only.
-func checkBurst(i int, l *Limit) error {
-	switch {
-	case math.IsNaN(l.Burst) || math.IsInf(l.Burst, 0) || l.Burst < 0:
+// burstOK: the burst is 0, or finite, > 0 and on a bucket.
+func burstOK(l *Limit) bool {
+	return l.Burst == 0 || l.Burst > 0 && l.Burst <= math.MaxFloat64 && l.Algorithm.bucket()
+}
+
+func burstError(i int, l *Limit) error {
+	if !(l.Burst > 0 && l.Burst <= math.MaxFloat64) { // NaN, ±Inf, < 0
 		return badLimit(i, "burst", fmt.Sprint(l.Burst), "must be a finite number >= 0 (0 means the limit)")
-	case l.Burst != 0 && !l.Algorithm.bucket():
-		return badLimit(i, "burst", fmt.Sprint(l.Burst), fmt.Sprintf("only applies to token_bucket and leaky_bucket, not %s", l.Algorithm))
 	}
-	return nil
+	return badLimit(i, "burst", fmt.Sprint(l.Burst), fmt.Sprintf("only applies to token_bucket and leaky_bucket, not %s", l.Algorithm))
 }
 
-// checkOwnWindow checks the window of a bucket, an anchored window or a
-// log, which need not be a namespace's window size.
-func checkOwnWindow(i int, l *Limit) error {
-	if !l.Algorithm.bucket() && !l.Algorithm.keyed() {
-		return nil
-	}
-	if l.Window <= 0 || l.Window%time.Millisecond != 0 || l.Window > namespace.MaxWindowSize {
-		return badLimit(i, "window", l.Window.String(), fmt.Sprintf("must be whole milliseconds, > 0 and at most %v", namespace.MaxWindowSize))
-	}
-	return nil
+// ownWindowOK: a bucket's, an anchored window's or a log's window (which
+// need not be a namespace's window size) is whole milliseconds, > 0 and at
+// most the longest window.
+func ownWindowOK(l *Limit) bool {
+	return !l.Algorithm.bucket() && !l.Algorithm.keyed() ||
+		l.Window > 0 && l.Window%time.Millisecond == 0 && l.Window <= namespace.MaxWindowSize
 }
 
-// checkPenalty refuses penalty with an algorithm that cannot count denied
+// penaltyOK: penalty only with an algorithm that can count denied
 // requests.
-func checkPenalty(i int, l *Limit, penalty bool) error {
-	switch {
-	case !penalty:
-		return nil
-	case l.Algorithm.bucket():
-		return badLimit(i, "algorithm", l.Algorithm.String(), "a bucket cannot count denied requests: drop penalty, or use a window algorithm")
-	case l.Algorithm.keyed():
-		return badLimit(i, "algorithm", l.Algorithm.String(), "only sliding_window and fixed_window can count denied requests: drop penalty, or use one of them")
-	}
-	return nil
+func penaltyOK(l *Limit, penalty bool) bool {
+	return !penalty || !l.Algorithm.bucket() && !l.Algorithm.keyed()
 }
 
-// checkLog checks a sliding log's bounds: its limit, and the least cost
-// its entries allow.
-func checkLog(i int, l *Limit, cost float64) error {
-	switch {
-	case l.Algorithm != SlidingLog:
-		return nil
-	case l.Limit > MaxLogLimit:
-		return badLimit(i, "limit", fmt.Sprint(l.Limit), fmt.Sprintf("must be at most %d for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with a precision, one of the namespace's window sizes that divides the window into at most %d sub-windows", MaxLogLimit, MaxPrecisionWindows))
-	case cost > 0 && cost < l.Limit/MaxLogLimit:
-		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be 0 or at least %s / %d (%v) for sliding_log: a log holds at most %d entries per key; use sliding_window with precision for finer costs", limitField(i, "limit"), MaxLogLimit, l.Limit/MaxLogLimit, MaxLogLimit)}
-	}
-	return nil
-}
-
-// checkRefill checks that a bucket refills from empty within the longest
-// window.
-func checkRefill(i int, l *Limit) error {
-	if fill := l.burst() / l.Limit * float64(l.Window); l.Algorithm.bucket() && !(fill <= float64(namespace.MaxWindowSize)) {
-		return badLimit(i, "burst", fmt.Sprint(l.Burst), fmt.Sprintf("must let the bucket refill from empty within %v: burst / limit × window is %v", namespace.MaxWindowSize, time.Duration(min(fill, math.MaxInt64))))
-	}
-	return nil
-}
-
-// checkCostFits refuses a cost the limit can never let pass: above a
-// bucket's capacity, or above a window's limit.
-func checkCostFits(i int, l *Limit, cost float64) error {
+func penaltyError(i int, l *Limit) error {
 	if l.Algorithm.bucket() {
-		if c := l.burst(); cost > c {
-			field := limitField(i, "burst")
-			if l.Burst == 0 {
-				field = limitField(i, "limit") + ", the capacity when burst is 0"
-			}
-			return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most the bucket's capacity (%v, %s): a larger cost can never pass", c, field)}
+		return badLimit(i, "algorithm", l.Algorithm.String(), "a bucket cannot count denied requests: drop penalty, or use a window algorithm")
+	}
+	return badLimit(i, "algorithm", l.Algorithm.String(), "only sliding_window and fixed_window can count denied requests: drop penalty, or use one of them")
+}
+
+// logOK: a sliding log's limit and the least cost its entries allow.
+func logOK(l *Limit, cost float64) bool {
+	return l.Algorithm != SlidingLog || l.Limit <= MaxLogLimit && !(cost > 0 && cost < l.Limit/MaxLogLimit)
+}
+
+func logError(i int, l *Limit, cost float64) error {
+	if l.Limit > MaxLogLimit {
+		return badLimit(i, "limit", fmt.Sprint(l.Limit), fmt.Sprintf("must be at most %d for sliding_log (a log keeps an entry per admitted millisecond): use sliding_window with a precision, one of the namespace's window sizes that divides the window into at most %d sub-windows", MaxLogLimit, MaxPrecisionWindows))
+	}
+	return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be 0 or at least %s / %d (%v) for sliding_log: a log holds at most %d entries per key; use sliding_window with precision for finer costs", limitField(i, "limit"), MaxLogLimit, l.Limit/MaxLogLimit, MaxLogLimit)}
+}
+
+// refillOK: a bucket refills from empty within the longest window.
+func refillOK(l *Limit) bool {
+	return !l.Algorithm.bucket() || l.burst()/l.Limit*float64(l.Window) <= float64(namespace.MaxWindowSize)
+}
+
+func refillError(i int, l *Limit) error {
+	fill := l.burst() / l.Limit * float64(l.Window)
+	return badLimit(i, "burst", fmt.Sprint(l.Burst), fmt.Sprintf("must let the bucket refill from empty within %v: burst / limit × window is %v", namespace.MaxWindowSize, time.Duration(min(fill, math.MaxInt64))))
+}
+
+// costOK: the cost can pass the limit: at most a bucket's capacity, or a
+// window's limit.
+func costOK(l *Limit, cost float64) bool {
+	if l.Algorithm.bucket() {
+		return cost <= l.burst()
+	}
+	return cost <= l.Limit
+}
+
+func costError(i int, l *Limit, cost float64) error {
+	if l.Algorithm.bucket() {
+		field := limitField(i, "burst")
+		if l.Burst == 0 {
+			field = limitField(i, "limit") + ", the capacity when burst is 0"
 		}
-		return nil
+		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most the bucket's capacity (%v, %s): a larger cost can never pass", l.burst(), field)}
 	}
-	if cost > l.Limit {
-		return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most %s (%v): a larger cost can never pass", limitField(i, "limit"), l.Limit)}
-	}
-	return nil
+	return &InputError{Field: "cost", Value: fmt.Sprint(cost), Allowed: fmt.Sprintf("must be at most %s (%v): a larger cost can never pass", limitField(i, "limit"), l.Limit)}
 }
 
 // validatePrecision checks limit i's Precision on its own (that it is a

@@ -34,26 +34,3 @@ func AnchoredAdd(count float64, at int64, cost float64, window, now int64) (floa
 	}
 	return count + cost, at
 }
-
-// JudgeAnchored returns the Outcome at now of an anchored window limit that
-// holds count after the decision, opened at at (0: no window); before is
-// the count the request was judged on; allowed as for Window.Judge. A
-// denied request fits once the window closes.
-func JudgeAnchored(count float64, at int64, before, cost, limit float64, window, now int64, allowed bool) Outcome {
-	o := Outcome{Rate: count, Reset: keyedReset(count, at, window, now)}
-	o.Remaining = WholeFit(func(n float64) bool { return AnchoredFits(count, n, limit) }, limit-count)
-	o.Allowed = allowed || AnchoredFits(before, cost, limit)
-	if !o.Allowed {
-		o.RetryAfter = max(1, at+window-now)
-	}
-	return o
-}
-
-// keyedReset is the ms until a state whose newest hit came at at stops
-// weighing: at + window - now, 0 when it holds nothing.
-func keyedReset(count float64, at, window, now int64) int64 {
-	if count > 0 && at != 0 {
-		return max(0, at+window-now)
-	}
-	return 0
-}

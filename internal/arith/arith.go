@@ -93,13 +93,3 @@ func WholeFit(fits func(float64) bool, n0 float64) float64 {
 	}
 	return n
 }
-
-// Outcome is what a decision tells of one limit: whether the request
-// passed it, the limit's rate and the whole cost that still fits after the
-// decision, the ms until its hits stop weighing (Reset), and for a denial
-// the ms until the same request fits (RetryAfter), if no more hits come.
-type Outcome struct {
-	Allowed           bool
-	Rate, Remaining   float64
-	Reset, RetryAfter int64 // ms
-}

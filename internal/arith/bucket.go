@@ -88,19 +88,3 @@ func (b *Bucket) Retry(now int64, cost, burst float64) int64 {
 	need := b.Level(now) + cost*float64(b.Window) - burst*float64(b.Window)
 	return firstMs(now, func(t int64) bool { return b.Fits(t, cost, burst) }, msGuess(need/b.Rate))
 }
-
-// JudgeBucket returns the Outcome at now of a bucket limit of capacity
-// burst: before is the state the request was judged on, after the state
-// once counted (the same when it was not); allowed as for Window.Judge.
-func JudgeBucket(before, after *Bucket, cost, burst float64, now int64, allowed bool) Outcome {
-	lvl := after.Level(now)
-	o := Outcome{Rate: lvl / float64(after.Window), Remaining: BucketRemaining(lvl, burst, after.Window)}
-	if lvl > 0 {
-		o.Reset = after.EmptyIn(now, lvl)
-	}
-	o.Allowed = allowed || before.Fits(now, cost, burst)
-	if !o.Allowed {
-		o.RetryAfter = before.Retry(now, cost, burst)
-	}
-	return o
-}

@@ -111,17 +111,3 @@ func RetryAt(entries []LogEntry, sum, cost, limit float64, window int64) int64 {
 	}
 	return 0 // not reached: an empty log fits any cost up to the limit
 }
-
-// JudgeLog returns the Outcome at now of a sliding log limit whose trimmed
-// log holds sum after the decision, its newest entry at newest; before is
-// the sum the request was judged on, retryAt the instant the request fits
-// (RetryAt); allowed as for Window.Judge.
-func JudgeLog(sum float64, newest int64, before, cost, limit float64, window, now, retryAt int64, allowed bool) Outcome {
-	o := Outcome{Rate: sum, Reset: keyedReset(sum, newest, window, now)}
-	o.Remaining = WholeFit(func(n float64) bool { return LogFits(sum, n, limit) }, limit-sum)
-	o.Allowed = allowed || LogFits(before, cost, limit)
-	if !o.Allowed {
-		o.RetryAfter = max(1, retryAt-now)
-	}
-	return o
-}

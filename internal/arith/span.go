@@ -1,7 +1,5 @@
 package arith
 
-import "math"
-
 // A sliding window of span W counted in sub-windows of size p (the limit's
 // Precision) reads the W/p + 1 newest sub-windows, newest first: the
 // current one, those between, and the oldest, which holds now - W and
@@ -77,22 +75,4 @@ func SpanRetry(counts []float64, cost, limit float64, size, elapsed int64) int64
 		return int64(m)*size + lo - elapsed
 	}
 	return int64(len(counts))*size - elapsed
-}
-
-// JudgeSpan returns the Outcome of a precision limit over a span of span
-// ms whose sub-windows of size ms hold counts after the decision (newest
-// first, at most MaxSpan + 1), elapsed ms into the newest; before is the
-// newest's count the request was judged on; allowed as for Window.Judge.
-// counts[0] is overwritten with before.
-func JudgeSpan(counts []float64, before, cost, limit float64, span, size, elapsed int64, allowed bool) Outcome {
-	cur, old := SpanParts(counts)
-	w := Window{Cur: cur, Prev: old, Size: size, Elapsed: elapsed}
-	o := Outcome{Rate: w.Rate(false), Reset: SpanReset(counts, span, size, elapsed)}
-	o.Remaining = w.Remaining(limit, math.Floor(limit-o.Rate), false)
-	counts[0] = before
-	o.Allowed = allowed || SpanFits(counts, cost, limit, size, elapsed)
-	if !o.Allowed {
-		o.RetryAfter = SpanRetry(counts, cost, limit, size, elapsed)
-	}
-	return o
 }

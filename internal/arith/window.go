@@ -1,7 +1,6 @@
 package arith
 
 import (
-	"math"
 	"time"
 )
 
@@ -126,18 +125,4 @@ func (w Window) Retry(cost, limit float64, fixed bool) int64 {
 		return size - w.Elapsed + x
 	}
 	return 2*size - w.Elapsed
-}
-
-// Judge returns the Outcome of a window limit whose state after the
-// decision is w; before is the current count the request was judged on,
-// and allowed whether it passed every limit of its request (a request that
-// passed this limit but not another is counted nowhere).
-func (w *Window) Judge(before, cost, limit float64, fixed, allowed bool) Outcome {
-	o := Outcome{Rate: w.Rate(fixed), Reset: w.Reset(fixed)}
-	o.Remaining = w.Remaining(limit, math.Floor(limit-o.Rate), fixed)
-	o.Allowed = allowed || WindowFits(before, w.Prev, cost, limit, w.Size, w.Elapsed, fixed)
-	if !o.Allowed {
-		o.RetryAfter = w.Retry(cost, limit, fixed)
-	}
-	return o
 }
