@@ -21,6 +21,7 @@ import (
 	"github.com/ratesync/ratesync/internal/arith"
 
 	"github.com/ratesync/ratesync/internal/node/config"
+	"github.com/ratesync/ratesync/internal/node/nodetest"
 	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/strategy/redis"
 )
@@ -52,8 +53,6 @@ type process struct {
 	done chan error
 }
 
-var listeningRE = regexp.MustCompile(`msg=listening url=(http://\S+)`)
-
 // startNode starts bin with args and env and waits for its API's URL (from
 // its log in either format).
 func startNode(t *testing.T, bin string, env []string, args ...string) *process {
@@ -75,10 +74,10 @@ func startNode(t *testing.T, bin string, env []string, args ...string) *process 
 			p.mu.Lock()
 			p.logs.WriteString(line + "\n")
 			p.mu.Unlock()
-			if m := listeningRE.FindStringSubmatch(line); m != nil {
+			if m := nodetest.ListeningRE.FindStringSubmatch(line); m != nil {
 				urls <- m[1]
 			}
-			if m := listeningJSONRE.FindStringSubmatch(line); m != nil {
+			if m := nodetest.ListeningJSONRE.FindStringSubmatch(line); m != nil {
 				urls <- m[1]
 			}
 		}
