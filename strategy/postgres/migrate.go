@@ -120,27 +120,8 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names, all
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockKey(cfg)); err != nil {
 		return 0, dbErr(ctx, "take the migration lock", err)
 	}
-	var exists bool
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", cfg.Schema).Scan(&exists); err != nil {
-		return 0, dbErr(ctx, "look up schema "+cfg.Schema, err)
-	}
-	if !exists { // CREATE SCHEMA needs a privilege that using one does not
-		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+quote(cfg.Schema)); err != nil {
-			return 0, dbErr(ctx, "create schema "+cfg.Schema, err)
-		}
-	}
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = $2)",
-		cfg.Schema, cfg.Table+versionSuffix).Scan(&exists); err != nil {
-		return 0, dbErr(ctx, "look up the version table", err)
-	}
-	if !exists {
-		if _, err := tx.Exec(ctx, `CREATE TABLE `+n.versions+` (
-			version    integer     PRIMARY KEY,
-			name       text        NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now()
-		)`); err != nil {
-			return 0, dbErr(ctx, "create the version table", err)
-		}
+	if err := ensureVersionTable(ctx, tx, cfg, n); err != nil {
+		return 0, err
 	}
 	var current int
 	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+n.versions).Scan(&current); err != nil {
@@ -164,6 +145,34 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names, all
 		return 0, dbErr(ctx, "commit migration", err)
 	}
 	return current, nil
+}
+
+// ensureVersionTable creates the schema and its version table when they
+// are missing.
+func ensureVersionTable(ctx context.Context, tx pgx.Tx, cfg Config, n names) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", cfg.Schema).Scan(&exists); err != nil {
+		return dbErr(ctx, "look up schema "+cfg.Schema, err)
+	}
+	if !exists { // CREATE SCHEMA needs a privilege that using one does not
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+quote(cfg.Schema)); err != nil {
+			return dbErr(ctx, "create schema "+cfg.Schema, err)
+		}
+	}
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_tables WHERE schemaname = $1 AND tablename = $2)",
+		cfg.Schema, cfg.Table+versionSuffix).Scan(&exists); err != nil {
+		return dbErr(ctx, "look up the version table", err)
+	}
+	if !exists {
+		if _, err := tx.Exec(ctx, `CREATE TABLE `+n.versions+` (
+			version    integer     PRIMARY KEY,
+			name       text        NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now()
+		)`); err != nil {
+			return dbErr(ctx, "create the version table", err)
+		}
+	}
+	return nil
 }
 
 // sameMigrations checks that the version table records applied, this
