@@ -86,7 +86,12 @@ func WithLogger(l *slog.Logger) Option { return func(in *Instance) { in.logger =
 // WithSyncObserver registers fn to be called after every exchange with a
 // store (for metrics). fn must not block.
 func WithSyncObserver(fn func(SyncReport)) Option {
-	return func(in *Instance) { in.observe = func(r syncer.Report) { fn(SyncReport(r)) } }
+	return func(in *Instance) {
+		in.observe = nil
+		if fn != nil {
+			in.observe = func(r syncer.Report) { fn(SyncReport(r)) }
+		}
+	}
 }
 
 // WithSyncTimeout bounds one background sync (periodic mode) and the store

@@ -286,9 +286,9 @@ func refillError(i int, l *Limit) error {
 // window's limit.
 func costOK(l *Limit, cost float64) bool {
 	if l.Algorithm.bucket() {
-		return cost <= l.burst()
+		return !(cost > l.burst())
 	}
-	return cost <= l.Limit
+	return !(cost > l.Limit)
 }
 
 func costError(i int, l *Limit, cost float64) error {

@@ -21,7 +21,7 @@ import (
 
 // The schema is built by the numbered files of migrations/, applied in
 // order, each with the row that records it in the version table:
-// 001_schema.sql creates every table and function as they are now. Once a
+// 001_schema.sql creates every table and function. Once a
 // file has built schemas in use it is never changed: a change to the
 // schema is a new file after it. Every migration must be able to run
 // inside a transaction (no CREATE INDEX CONCURRENTLY).
@@ -127,11 +127,11 @@ func migrateTx(ctx context.Context, pool *pgxpool.Pool, cfg Config, n names, all
 	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM "+n.versions).Scan(&current); err != nil {
 		return 0, dbErr(ctx, "read the schema version", err)
 	}
+	if err := sameMigrations(ctx, tx, cfg, n, all[:min(current, len(all))]); err != nil {
+		return 0, err
+	}
 	if current > len(all) {
 		return 0, fmt.Errorf("postgres: schema %s is at version %d, %w (%d): upgrade this node", cfg.Schema, current, errNewerSchema, len(all))
-	}
-	if err := sameMigrations(ctx, tx, cfg, n, all[:current]); err != nil {
-		return 0, err
 	}
 	for _, m := range all[current:] {
 		if _, err := tx.Exec(ctx, n.render(m.sql)); err != nil {

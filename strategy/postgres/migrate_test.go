@@ -114,6 +114,7 @@ func TestMigrateRefusesASchemaOfOtherMigrations(t *testing.T) {
 	}{
 		{"another first migration", `(1, '001_tables.sql')`, []string{`version 1 should record migration "001_schema.sql" and records 1 "001_tables.sql"`, "drop its tables"}},
 		{"a later version", `(1, '001_schema.sql'), (2, '002_next.sql')`, []string{"is at version 2", "newer than this build knows", "upgrade this node"}},
+		{"more migrations, of other names", `(1, '001_tables.sql'), (2, '002_check.sql'), (3, '003_check_set.sql')`, []string{`version 1 should record migration "001_schema.sql" and records 1 "001_tables.sql"`, "drop its tables"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

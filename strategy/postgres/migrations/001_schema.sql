@@ -1,5 +1,5 @@
 -- The schema of strategy/postgres: tables and the two functions behind
--- its statements, in their current version. migrate.go applies it, with
+-- its statements. migrate.go applies it, with
 -- any file numbered after it, in one transaction.
 --
 -- {{counters}}, {{lanes}}, {{buckets}}, {{anchored}}, {{logs}},
