@@ -511,8 +511,9 @@ func scalarFits(want string, v *yaml.Node) bool {
 	switch want {
 	case "a string":
 		return v.Tag == "!!str" || v.Tag == "!!int" || v.Tag == "!!bool"
-	case "true or false":
-		return v.Tag == "!!bool"
+	case "true or false": // yes, no, on, off... too, as the YAML decoder takes them
+		var b bool
+		return v.Decode(&b) == nil
 	case "a number":
 		var f float64
 		return (v.Tag == "!!int" || v.Tag == "!!float") && v.Decode(&f) == nil && !math.IsNaN(f) && !math.IsInf(f, 0)

@@ -137,7 +137,7 @@ func TestInvalidConfigurationsAreRefusedAsUpstreamRefusesThem(t *testing.T) {
 		{"not a number", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: abc\n", `x.yaml:6: requests_per_unit: "abc": must be a whole number from 0 to 4294967295`},
 		{"too large", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 4294967296}\n", `x.yaml:4: requests_per_unit: "4294967296": must be a whole number from 0 to 4294967295`},
 		{"negative", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n", `x.yaml:4: requests_per_unit: "-1": must be a whole number from 0 to 4294967295`},
-		{"not a boolean", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: yes\n", `x.yaml:4: shadow_mode: "yes": must be true or false`},
+		{"not a boolean", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: maybe\n", `x.yaml:4: shadow_mode: "maybe": must be true or false`},
 		{"a value with a fraction", "domain: d\ndescriptors:\n  - key: a\n    value: 1.5\n", `x.yaml:4: value: "1.5": must be a string: write it in quotes`},
 		{"a key as a list", "domain: d\ndescriptors:\n  - key: [a]\n", `x.yaml:3: key: must be a string, not a list`},
 		{"a burst that is not a number", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: lots}\n", `x.yaml:4: burst: "lots": must be a number`},
@@ -227,5 +227,25 @@ func TestLoadPathReadsADirectory(t *testing.T) {
 	}
 	if _, err := rls.LoadPath(filepath.Join(dir, "missing.yaml")); err == nil {
 		t.Fatal("a missing file loaded")
+	}
+}
+
+// A boolean key takes the forms the YAML decoder (and upstream's) reads as
+// true or false: true, yes, on, and their opposites.
+func TestBooleanForms(t *testing.T) {
+	for _, tt := range []struct {
+		value string
+		want  bool
+	}{{"true", true}, {"yes", true}, {"on", true}, {"false", false}, {"no", false}, {"off", false}} {
+		t.Run(tt.value, func(t *testing.T) {
+			c, err := rls.Load([]rls.File{{Name: "x.yaml", Data: []byte("domain: d\ndescriptors:\n  - key: a\n    shadow_mode: " + tt.value + "\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}})
+			if err != nil {
+				t.Fatalf("shadow_mode: %s: %v", tt.value, err)
+			}
+			m, err := c.Limit("d", []rls.Entry{{Key: "a"}})
+			if err != nil || m.Limit == nil || m.Limit.ShadowMode != tt.want {
+				t.Fatalf("shadow_mode: %s: rule %+v, %v; want shadow mode %v", tt.value, m.Limit, err, tt.want)
+			}
+		})
 	}
 }
