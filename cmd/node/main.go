@@ -58,9 +58,8 @@ func run(ctx context.Context, args, env []string) error {
 // runWithLog is run with the usage and the log written to stderr (tests
 // capture it).
 func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error {
-	// A SIGHUP while the configuration is read does not end the process;
-	// the node reloads on the ones that follow, and on any change of its
-	// files.
+	// A SIGHUP while the configuration is read does not end the process:
+	// the node reloads once it serves, and on the ones that follow.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -71,7 +70,7 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	if err != nil {
 		return configError{err}
 	}
-	return node.RunWithLog(ctx, cfg, stderr)
+	return node.RunWithLog(ctx, cfg, stderr, hup)
 }
 
 // getenv returns a lookup in env, a list of name=value.

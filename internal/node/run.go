@@ -31,14 +31,19 @@ import (
 // stop: every namespace's final sync succeeded. Every error it returns has
 // been logged.
 func Run(ctx context.Context, cfg config.Config) error {
-	return RunWithLog(ctx, cfg, os.Stderr)
+	return RunWithLog(ctx, cfg, os.Stderr, nil)
 }
 
-// RunWithLog is Run with the log written to stderr (tests capture it).
-func RunWithLog(ctx context.Context, cfg config.Config, stderr io.Writer) error {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+// RunWithLog is Run with the log written to stderr (tests capture it). hup,
+// when not nil, is where the caller has SIGHUP delivered since before it
+// read cfg: a signal caught while it read is a reload once the node
+// serves. When nil, the node asks for SIGHUP itself.
+func RunWithLog(ctx context.Context, cfg config.Config, stderr io.Writer, hup chan os.Signal) error {
+	if hup == nil {
+		hup = make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	log, logCtl := newLogger(cfg, stderr)
 	routeRedisLog(log)
 	eff, _ := json.Marshal(cfg.Masked())

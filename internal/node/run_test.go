@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func runWithLog(ctx context.Context, args, env []string, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	return RunWithLog(ctx, cfg, stderr)
+	return RunWithLog(ctx, cfg, stderr, nil)
 }
 
 // runNode runs the node in the test's process with args and env, and
@@ -206,5 +207,30 @@ func TestShutdownDrains(t *testing.T) {
 	}
 	if err := <-served; err != nil {
 		t.Errorf("ServeListeners: %v", err)
+	}
+}
+
+// A SIGHUP the caller caught while it read the configuration (cmd/node
+// asks for SIGHUP before it reads) is a reload once the node serves.
+func TestSIGHUPCaughtWhileLoadingReloads(t *testing.T) {
+	dir := t.TempDir()
+	file := dir + "/node.yaml"
+	if err := os.WriteFile(file, []byte("node:\n  listen: 127.0.0.1:0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup := make(chan os.Signal, 1)
+	hup <- syscall.SIGHUP
+	_, logs, stop := nodetest.Run(t, func(ctx context.Context, log io.Writer) error {
+		cfg, err := config.Load([]string{"-config", file}, func(string) string { return "" }, log)
+		if err != nil {
+			return err
+		}
+		return RunWithLog(ctx, cfg, log, hup)
+	})
+	waitFor(t, 30*time.Second, "a reload on the SIGHUP caught before the node served", func() bool {
+		return strings.Contains(logs.String(), `msg="configuration reloaded" trigger=SIGHUP`)
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
