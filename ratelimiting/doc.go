@@ -36,6 +36,8 @@
 // periodically refuses them. Every mode decides exactly: a request that
 // fits exactly passes, and RetryAfter is exact to the millisecond.
 //
-// ratelimiting owns the arithmetic of windows and limits; shm owns the
-// counters, syncer the traffic with the store, namespace the configuration.
+// ratelimiting owns the decisions: it plans a request's limits, reads their
+// state, judges it with the arithmetic of internal/arith and counts it;
+// shm owns the counters, syncer the traffic with the store, namespace the
+// configuration.
 package ratelimiting

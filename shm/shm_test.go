@@ -160,7 +160,7 @@ func TestAddIfAtMostDuringTakeAdmitsExactly(t *testing.T) {
 		for range 4 {
 			adders.Go(func() {
 				for range ceiling {
-					before, ok, _ := w.addIfAtMost("k", 1, ceiling, t0)
+					before, ok, _ := w.AddIf("k", 1, func(before float64) bool { return before+1 <= ceiling }, t0)
 					if ok {
 						admitted.Add(1)
 					}

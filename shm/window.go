@@ -137,18 +137,11 @@ func (w *Window) Add(key string, v float64, now int64) (*Counter, float64) {
 	}
 }
 
-// addIfAtMost adds v to key's diff only when the counter's value plus v stays
-// at most ceiling. It returns the value before, whether v was added, and the
-// counter (nil when the dict is full; the hit is then judged against a zero
-// count and not counted).
-func (w *Window) addIfAtMost(key string, v, ceiling float64, now int64) (before float64, added bool, c *Counter) {
-	return w.AddIf(key, v, func(before float64) bool { return before+v <= ceiling }, now)
-}
-
 // AddIf adds v to key's diff only when fits(the counter's value), judged on
 // the value at the instant of the add (fits is called again when the
-// counter changed meanwhile; it must not keep its argument). It returns as
-// AddIfAtMost; a full dict judges fits(0).
+// counter changed meanwhile; it must not keep its argument). It returns the
+// value before, whether v was added, and the counter (nil when the dict is
+// full: the hit is then judged by fits(0) and not counted).
 func (w *Window) AddIf(key string, v float64, fits func(before float64) bool, now int64) (before float64, added bool, c *Counter) {
 	h := w.hash(key)
 	sh := w.shard(h)

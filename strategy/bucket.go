@@ -34,7 +34,7 @@ type BucketState struct {
 }
 
 // BucketDiff is cost a node consumed from a bucket since its last push,
-// dated by the first of those hits: the store adds it with BucketAdd at At,
+// dated by the first of those hits: the store adds it with arith.BucketAdd at At,
 // draining at Rate. For an anchored window or a log it is the cost of the
 // hits of one millisecond, At, that the node counted on its own (Rate is
 // not used: nodes send 1).
@@ -59,8 +59,9 @@ type BucketRef struct {
 // windows and sliding logs (keyed.go). Such a strategy also applies
 // Batch.Buckets in PushDiffs and PushAndCount (in the same atomic step as
 // the batch's diffs and its (Node, Seq) record, so a bucket diff too is
-// applied at most once): a bucket's with BucketAdd, an anchored window's
-// with AnchoredAdd at the diff's At, a log's with Log.Add at its At. When
+// applied at most once): a bucket's with arith.BucketAdd, an anchored
+// window's with arith.AnchoredAdd at the diff's At, a log's with
+// arith.Log.Add at its At (internal/arith). When
 // it is a Checker, it decides those limits (CheckLimit.Kind != 0) in
 // CheckAndCount, atomically with the window limits of the same check.
 type BucketStore interface {

@@ -12,7 +12,7 @@ package strategy
 //	sliding log:     At is the newest entry's instant, Level the sum of the
 //	                 entries that weigh (the log's Sum), and, for a denied
 //	                 check, RetryAt the instant at which the same request
-//	                 fits (Log.RetryAt); zero when no entry weighs.
+//	                 fits (internal/arith's RetryAt); zero when no entry weighs.
 const (
 	KindAnchored uint8 = 2 // a fixed window that opens at a key's first counted hit
 	KindLog      uint8 = 3 // a sliding log: each hit weighs for exactly the window

@@ -195,12 +195,12 @@ func (l *CheckLimit) Depth() int {
 }
 
 // Check is one request decided and counted in the store in one atomic step
-// (synchronous mode): it passes when every limit lets it pass (WindowFits,
-// SpanFits with a precision, BucketFits, AnchoredFits, LogFits), judged at
-// Now, the node's clock. When it passes, Cost is added once to the current
-// window of each distinct size (Sub) of its window limits, to each of its
-// buckets (BucketAdd), anchored windows (AnchoredAdd) and logs (Log.Add);
-// when it does not, nothing is counted.
+// (synchronous mode): it passes when every limit lets it pass (internal/
+// arith's WindowFits, SpanFits with a precision, BucketFits, AnchoredFits,
+// LogFits), judged at Now, the node's clock. When it passes, Cost is added
+// once to the current window of each distinct size (Sub) of its window
+// limits, to each of its buckets (BucketAdd), anchored windows
+// (AnchoredAdd) and logs (Log.Add); when it does not, nothing is counted.
 type Check struct {
 	Namespace string
 	Key       string

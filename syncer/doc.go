@@ -98,7 +98,7 @@
 // estimate never moves the namespace clock back by up to 100 ms: it holds
 // still until Now catches up, so no hit goes back to a window this node
 // has left; a change back by more (the first measurement of a clock far
-// ahead) steps at once. Offsets beyond ClockOffsetWarn are logged, once
+// ahead) steps at once. Offsets beyond clockOffsetWarn are logged, once
 // each way; Stats carry the estimate.
 //
 // The syncer knows shm and strategy, nothing of limits or configuration

@@ -112,7 +112,7 @@ type offset struct {
 	tried    time.Time // Config.Clock: the last measurement the worker started
 	downSeen bool      // the worker saw the store down since its last measurement
 	gen      uint64    // Reconfigures so far: a measurement that spans one is dropped
-	beyond   bool      // the estimate is beyond ClockOffsetWarn, and was logged so
+	beyond   bool      // the estimate is beyond clockOffsetWarn, and was logged so
 }
 
 func (o *offset) init(enabled bool) {
@@ -199,7 +199,7 @@ func (s *Syncer) measureOffset(ctx context.Context) bool {
 	return true
 }
 
-// cross reports whether the estimate crossed ClockOffsetWarn, out (beyond
+// cross reports whether the estimate crossed clockOffsetWarn, out (beyond
 // it) or back in (within 90% of it), since it was last logged, and records
 // the crossing. Callers hold mu.
 func (o *offset) cross() (crossed bool, estimate sample, enabled bool) {
@@ -214,7 +214,7 @@ func (o *offset) cross() (crossed bool, estimate sample, enabled bool) {
 	return crossed, o.measured, o.enabled
 }
 
-// logOffset logs a crossing of ClockOffsetWarn by the estimate m: WARN
+// logOffset logs a crossing of clockOffsetWarn by the estimate m: WARN
 // beyond it, INFO back within.
 func logOffset(c *conf, m sample, enabled bool) {
 	clock := "node"
