@@ -85,9 +85,21 @@ func TestSpan(t *testing.T) {
 	if got := arith.SpanReset([]float64{0, 0, 5, 0}, 3000, 1000, 250); got != 1750 {
 		t.Errorf("SpanReset with the newest hits two sub-windows back = %d, want 1750", got)
 	}
+	// SpanRetry is exact: m sub-windows on, the newest m are empty and the
+	// oldest m gone.
+	fitsAt := func(x int64) bool {
+		m, e := (250+x)/1000, (250+x)%1000
+		shifted := make([]float64, len(counts))
+		for i := range shifted {
+			if i >= int(m) {
+				shifted[i] = counts[i-int(m)]
+			}
+		}
+		return arith.SpanFits(shifted, 2, 10, 1000, e)
+	}
 	d := arith.SpanRetry(counts, 2, 10, 1000, 250)
-	if d <= 0 {
-		t.Fatalf("SpanRetry = %d, want > 0", d)
+	if d <= 0 || !fitsAt(d) || fitsAt(d-1) {
+		t.Fatalf("SpanRetry = %d ms: fits then %v, a ms before %v", d, fitsAt(d), fitsAt(d-1))
 	}
 }
 

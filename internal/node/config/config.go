@@ -34,22 +34,22 @@ const (
 // Defaults.
 const (
 	DefaultListen          = "127.0.0.1:8080"
-	DefaultGatewayListen   = "127.0.0.1:8000"
-	DefaultShutdownTimeout = 15 * time.Second
+	defaultGatewayListen   = "127.0.0.1:8000"
+	defaultShutdownTimeout = 15 * time.Second
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultMaxKeyBytes     = middleware.DefaultMaxKeyBytes
-	DefaultGCHeapFloor     = 64 << 20
-	MaxGCHeapFloor         = 1 << 30
-	DefaultSyncRate        = time.Second
-	DefaultCallTimeout     = time.Second // a namespace's timeout, as the library's default
-	DefaultGatewayTimeout  = 30 * time.Second
-	DefaultConnectTimeout  = 5 * time.Second
+	defaultGCHeapFloor     = 64 << 20
+	maxGCHeapFloor         = 1 << 30
+	defaultSyncRate        = time.Second
+	defaultCallTimeout     = time.Second // a namespace's timeout, as the library's default
+	defaultGatewayTimeout  = 30 * time.Second
+	defaultConnectTimeout  = 5 * time.Second
 	MaxLimits              = 16   // limits per check or policy
 	MaxNumber              = 1e15 // largest limit or cost: exact in a float64, far above any real quota
 )
 
-// DefaultWindowSizes are the window sizes of a namespace that names none.
-var DefaultWindowSizes = []Duration{Duration(time.Second), Duration(time.Minute), Duration(time.Hour)}
+// defaultWindowSizes are the window sizes of a namespace that names none.
+var defaultWindowSizes = []Duration{Duration(time.Second), Duration(time.Minute), Duration(time.Hour)}
 
 // Clocks a namespace may count its windows in (clock).
 const (
@@ -231,9 +231,9 @@ type LimitConfig struct {
 // and fixed_window are read as sliding and fixed.
 const (
 	TypeSliding     = "sliding"
-	TypeFixed       = "fixed"
-	TypeAnchored    = "anchored"
-	TypeSlidingLog  = "sliding_log"
+	typeFixed       = "fixed"
+	typeAnchored    = "anchored"
+	typeSlidingLog  = "sliding_log"
 	TypeTokenBucket = "token_bucket"
 	TypeLeakyBucket = "leaky_bucket"
 	LimitTypesText  = "sliding, fixed, anchored, sliding_log, token_bucket, leaky_bucket, sliding_window, fixed_window"
@@ -244,11 +244,11 @@ func ParseLimitType(s string) (ratelimiting.Algorithm, bool) {
 	switch s {
 	case "", TypeSliding, "sliding_window":
 		return ratelimiting.SlidingWindow, true
-	case TypeFixed, "fixed_window":
+	case typeFixed, "fixed_window":
 		return ratelimiting.FixedWindow, true
-	case TypeAnchored:
+	case typeAnchored:
 		return ratelimiting.AnchoredWindow, true
-	case TypeSlidingLog:
+	case typeSlidingLog:
 		return ratelimiting.SlidingLog, true
 	case TypeTokenBucket:
 		return ratelimiting.TokenBucket, true
@@ -266,11 +266,11 @@ func LimitType(l ratelimiting.Limit) string {
 	case l.Algorithm == ratelimiting.LeakyBucket:
 		return TypeLeakyBucket
 	case l.Algorithm == ratelimiting.AnchoredWindow:
-		return TypeAnchored
+		return typeAnchored
 	case l.Algorithm == ratelimiting.SlidingLog:
-		return TypeSlidingLog
+		return typeSlidingLog
 	case l.Fixed || l.Algorithm == ratelimiting.FixedWindow:
-		return TypeFixed
+		return typeFixed
 	}
 	return TypeSliding
 }
@@ -316,8 +316,8 @@ type RLSConfig struct {
 // RLSNamespace is the namespace the rls section counts in.
 const RLSNamespace = "rls"
 
-// DefaultRLSListen is the gRPC address of the rls section, upstream's port.
-const DefaultRLSListen = "127.0.0.1:8081"
+// defaultRLSListen is the gRPC address of the rls section, upstream's port.
+const defaultRLSListen = "127.0.0.1:8081"
 
 // RouteConfig maps requests to a policy: the longest matching path prefix
 // wins.

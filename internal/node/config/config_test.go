@@ -460,14 +460,14 @@ policies:
 			}
 			_, err := Parse("test.yaml", []byte(yaml), envOf(nil))
 			switch want := `test.yaml:10: policies[0].limits[0].type: "token_bucket": the store of namespace "s" does not keep buckets`; {
-			case KeepsBuckets(st.strategy) && err != nil:
+			case keepsBuckets(st.strategy) && err != nil:
 				t.Errorf("the store keeps buckets, and the config is refused: %v", err)
-			case !KeepsBuckets(st.strategy) && (err == nil || err.Error() != want):
+			case !keepsBuckets(st.strategy) && (err == nil || err.Error() != want):
 				t.Errorf("error %v, want %s", err, want)
 			}
 		})
 	}
-	if !KeepsBuckets(StrategyMemory) {
+	if !keepsBuckets(StrategyMemory) {
 		t.Error("the memory store keeps buckets")
 	}
 }

@@ -20,9 +20,9 @@ import (
 // defaults, their options' validation (the stores' own Config.Validate)
 // and their URLs. Opening them is the node's.
 
-// KeepsBuckets reports whether the store of strategy name keeps token and
+// keepsBuckets reports whether the store of strategy name keeps token and
 // leaky buckets (strategy.BucketStore): a policy with a bucket needs one.
-func KeepsBuckets(name string) bool {
+func keepsBuckets(name string) bool {
 	var st any
 	switch name {
 	case StrategyMemory:

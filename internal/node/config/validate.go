@@ -62,12 +62,12 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 		c.Policies[i].applyDefaults(func(field string) bool { return set(fmt.Sprintf("policies[%d].%s", i, field)) })
 	}
 	if g := c.Gateway; g != nil {
-		g.Listen = cmp.Or(g.Listen, DefaultGatewayListen)
+		g.Listen = cmp.Or(g.Listen, defaultGatewayListen)
 		if !set("gateway.timeout") {
-			g.Timeout = Duration(DefaultGatewayTimeout)
+			g.Timeout = Duration(defaultGatewayTimeout)
 		}
 		if !set("gateway.connect_timeout") {
-			g.ConnectTimeout = Duration(DefaultConnectTimeout)
+			g.ConnectTimeout = Duration(defaultConnectTimeout)
 		}
 	}
 }
@@ -75,7 +75,7 @@ func (c *Config) applyDefaults(getenv func(string) string, set func(path string)
 // applyDefaults fills in the rls section and returns the namespace it
 // counts in.
 func (r *RLSConfig) applyDefaults(getenv func(string) string, set func(path string) bool) NamespaceConfig {
-	r.Listen = cmp.Or(r.Listen, DefaultRLSListen)
+	r.Listen = cmp.Or(r.Listen, defaultRLSListen)
 	ns := NamespaceConfig{
 		Name: RLSNamespace, Strategy: r.Strategy, URL: r.URL, SyncRate: r.SyncRate, Clock: r.Clock,
 		Dict: r.Dict, DictCapacity: r.DictCapacity, Timeout: r.Timeout, Redis: r.Redis, Postgres: r.Postgres,
@@ -103,7 +103,7 @@ func (n *NodeConfig) applyDefaults(getenv func(string) string, set func(path str
 	n.LogFormat = cmp.Or(n.LogFormat, "text")
 	n.LogLevel = cmp.Or(n.LogLevel, "info")
 	if !set("node.shutdown_timeout") {
-		n.ShutdownTimeout = Duration(DefaultShutdownTimeout)
+		n.ShutdownTimeout = Duration(defaultShutdownTimeout)
 	}
 	if !set("node.max_body_bytes") {
 		n.MaxBodyBytes = DefaultMaxBodyBytes
@@ -112,7 +112,7 @@ func (n *NodeConfig) applyDefaults(getenv func(string) string, set func(path str
 		n.MaxKeyBytes = DefaultMaxKeyBytes
 	}
 	if !set("node.gc_heap_floor") {
-		n.GCHeapFloor = DefaultGCHeapFloor
+		n.GCHeapFloor = defaultGCHeapFloor
 	}
 }
 
@@ -122,13 +122,13 @@ func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(fi
 	case ns.Strategy == StrategyLocal:
 		ns.SyncRate = Duration(namespace.LocalOnly)
 	case !set("sync_rate"):
-		ns.SyncRate = Duration(DefaultSyncRate)
+		ns.SyncRate = Duration(defaultSyncRate)
 	}
 	if ns.Strategy != StrategyLocal && !set("timeout") {
-		ns.Timeout = Duration(DefaultCallTimeout)
+		ns.Timeout = Duration(defaultCallTimeout)
 	}
 	if ns.WindowSizes == nil {
-		ns.WindowSizes = slices.Clone(DefaultWindowSizes)
+		ns.WindowSizes = slices.Clone(defaultWindowSizes)
 	}
 	ns.Dict = cmp.Or(ns.Dict, namespace.DefaultDict)
 	if ns.Clock == "" {
@@ -315,7 +315,7 @@ func (s *source) checkRLS(r *RLSConfig, ns namespace.Config, nodeListen, gwListe
 	if s.unsure[RLSNamespace] { // the files' own errors only: their rules' depend on the section's fields
 		rules, err = rls.LoadPath(r.Path)
 	} else {
-		rules, err = LoadRLS(r.Path, ns)
+		rules, err = loadRLS(r.Path, ns)
 	}
 	for _, err := range joined(err) {
 		s.reportAs("rls.config", "rls.config", strconv.Quote(r.Config)+": "+err.Error())
@@ -325,10 +325,10 @@ func (s *source) checkRLS(r *RLSConfig, ns namespace.Config, nodeListen, gwListe
 	}
 }
 
-// LoadRLS loads the rls configuration at path and checks its extension
+// loadRLS loads the rls configuration at path and checks its extension
 // rules against ns, the namespace they count in, with
 // middleware.Policy.Validate: an error names the rule's file:line.
-func LoadRLS(path string, ns namespace.Config) (*rls.Config, error) {
+func loadRLS(path string, ns namespace.Config) (*rls.Config, error) {
 	rules, err := rls.LoadPath(path)
 	if err != nil {
 		return nil, err
@@ -364,8 +364,8 @@ func (s *source) checkNode(n *NodeConfig) {
 	if n.MaxKeyBytes < 1 {
 		s.bad("node.max_key_bytes", "", "must be at least 1")
 	}
-	if n.GCHeapFloor < 0 || n.GCHeapFloor > MaxGCHeapFloor {
-		s.bad("node.gc_heap_floor", "", fmt.Sprintf("must be 0 (no floor) or a number of bytes up to %d (1 GiB)", MaxGCHeapFloor))
+	if n.GCHeapFloor < 0 || n.GCHeapFloor > maxGCHeapFloor {
+		s.bad("node.gc_heap_floor", "", fmt.Sprintf("must be 0 (no floor) or a number of bytes up to %d (1 GiB)", maxGCHeapFloor))
 	}
 }
 
@@ -379,7 +379,7 @@ type storeInConfig struct {
 }
 
 // bucketStoreInConfig stands for a store that also keeps buckets
-// (KeepsBuckets), which policies with buckets need.
+// (keepsBuckets), which policies with buckets need.
 type bucketStoreInConfig struct {
 	storeInConfig
 	strategy.BucketStore
@@ -401,7 +401,7 @@ func (s *source) checkNamespace(path string, ns *NamespaceConfig) namespace.Conf
 	nc := ns.Namespace(nil)
 	switch {
 	case ns.Strategy == StrategyLocal:
-	case KeepsBuckets(ns.Strategy):
+	case keepsBuckets(ns.Strategy):
 		nc.Strategy = bucketStoreInConfig{}
 	default:
 		nc.Strategy = storeInConfig{}
