@@ -9,14 +9,15 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
-
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/syncer"
 )
 
-// The executors: each applies a plan (check.go) in one mode and leaves, in
-// its groups, the state the Decision is built from.
+// The execute phase: each executor applies a plan (plan.go, read.go) in one
+// mode, judging the request with internal/arith's comparisons as it takes
+// it (on this node, or in the store), and leaves in the plan the state the
+// decide phase (decide.go) builds the Decision from.
 
 // checkLocal counts the request in every window and bucket only when every
 // limit lets it pass: each window takes it with a compare-and-swap bounded
@@ -132,31 +133,8 @@ func (p *plan) peek(key string, cost float64) bool {
 	return ok
 }
 
-// readBucket reads b's state at p.now into before and after.
-func (p *plan) readBucket(b *bgroup, key string) { b.read(key, p.cost, p.now) }
-
 // takeBucket takes the request's cost from b when it fits.
 func (p *plan) takeBucket(b *bgroup, key string) bool { return b.take(key, p.cost, p.now) }
-
-// read reads the bucket's state at now into before and after, and judges a
-// request of cost on it.
-func (b *bgroup) read(key string, cost float64, now int64) {
-	b.before = arith.Bucket{Rate: b.rate, Window: b.t.Window(), Origin: now}
-	if bk := b.t.Get(key, b.rate, now); bk != nil {
-		for {
-			word, _, alive := b.t.Level(bk, now)
-			if alive {
-				b.before.Base, b.before.Origin = math.Float64frombits(word), b.t.Epoch()
-				break
-			}
-			if bk = b.t.Get(key, b.rate, now); bk == nil {
-				break
-			}
-		}
-	}
-	b.after = b.before
-	b.passable = arith.BucketFits(b.before.Level(now), cost, b.burst, b.t.Window())
-}
 
 // take takes cost from the bucket when it fits, with one compare-and-swap
 // of the bucket's word (again when another request changed it meanwhile).
@@ -474,4 +452,40 @@ func (in *Instance) checkSynchronous(ctx context.Context, p *plan, n *ns, key st
 		g.before, g.counted = g.cur-p.cost, true
 	}
 	return true, nil
+}
+
+// fits reports whether a request of cost fits every limit of window group
+// j when its current window holds before: arith.WindowFits, the
+// comparison every store makes, against the group's tightest limits, and
+// for the group's spans arith.SpanFits's.
+func (p *plan) fits(j int, before, cost float64) bool {
+	g := &p.groups[j]
+	if g.fixed != 0 && !arith.WindowFits(before, g.prev, cost, g.fixed, g.sr.Size(), g.e, true) {
+		return false
+	}
+	if g.sliding != 0 && !arith.WindowFits(before, g.prev, cost, g.sliding, g.sr.Size(), g.e, false) {
+		return false
+	}
+	for i := range p.spans {
+		if s := &p.spans[i]; s.g == j && !arith.WindowFits(before+s.mid, s.old, cost, s.limit, g.sr.Size(), g.e, false) {
+			return false
+		}
+	}
+	return true
+}
+
+// refund takes back what the executor counted on this node.
+func (p *plan) refund(key string) {
+	for i := range p.groups {
+		if g := &p.groups[i]; g.counted {
+			g.w.Add(key, -p.cost, p.now)
+			g.cur, g.counted = g.before, false
+		}
+	}
+	for i := range p.buckets {
+		if b := &p.buckets[i]; b.counted {
+			b.t.Refund(key, p.cost)
+			b.after, b.counted = b.before, false
+		}
+	}
 }

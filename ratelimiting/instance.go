@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
-
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
-
 	"github.com/ratesync/ratesync/internal/node/config"
 	"github.com/ratesync/ratesync/internal/node/nodetest"
 	"github.com/ratesync/ratesync/internal/testenv"

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
-
 	"github.com/ratesync/ratesync/internal/node/config"
 	"github.com/ratesync/ratesync/internal/testenv"
 	"github.com/ratesync/ratesync/strategy/postgres"

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
-
 	"github.com/ratesync/ratesync/internal/node/config"
 	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
-
 	"github.com/ratesync/ratesync/strategy"
 )
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
-
 	"github.com/ratesync/ratesync/internal/strategytest"
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/strategy/postgres"

@@ -2,9 +2,39 @@ package ratelimiting
 
 import (
 	"math"
+	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
 )
+
+// The decide phase: each limit's LimitState from the state the executor
+// left, with the arithmetic every store computes too (internal/arith), so
+// a node and its store decide alike.
+
+// decide writes each limit's state, from the state the executor left, into
+// out and returns the Decision's RetryAfter.
+func (p *plan) decide(key string, allowed bool, out []LimitState) (retry time.Duration) {
+	for i := range p.limits {
+		st, l := &out[i], &p.limits[i]
+		switch r := p.idx[i]; r.kind {
+		case refWindow:
+			g := &p.groups[r.j]
+			ws := g.state()
+			windowLimitState(st, l, &ws, g.before, p.cost, allowed)
+		case refSpan:
+			p.spanLimitState(st, l, &p.spans[r.j], key, allowed)
+		case refBucket:
+			b := &p.buckets[r.j]
+			bucketLimitState(st, l, &b.before, &b.after, p.cost, p.now, allowed)
+		case refKeyed:
+			p.keyedLimitState(st, i, &p.keyed[r.j], allowed)
+		}
+		if !st.Allowed {
+			retry = max(retry, st.RetryAfter)
+		}
+	}
+	return retry
+}
 
 // The judge phase's output: each limit's LimitState, from the state the
 // executor read and left, computed with internal/arith, the arithmetic
