@@ -124,7 +124,9 @@ type descriptor struct {
 	err       error
 }
 
-// ShouldRateLimit decides a request.
+// ShouldRateLimit decides a request: match each descriptor's rules, drop
+// the rules others replace, decide every descriptor, and answer with the
+// overall code.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest) (*pb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
@@ -132,34 +134,67 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if len(req.GetDescriptors()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
+	ds, err := s.matchAll(req)
+	if err != nil {
+		return nil, err
+	}
+	dropReplaced(ds)
+	s.decideAll(ctx, req.Domain, ds)
+	resp, err := respond(ds)
+	if err != nil {
+		return nil, err
+	}
+	if s.live.Load().Headers {
+		resp.ResponseHeadersToAdd = headers(ds)
+	}
+	return resp, nil
+}
+
+// matchAll matches every descriptor of req against the configuration.
+func (s *Service) matchAll(req *pb.RateLimitRequest) ([]descriptor, error) {
 	cfg := s.cfg.Load()
 	ds := make([]descriptor, len(req.Descriptors))
-	replacing := map[string]bool{}
 	for i, d := range req.Descriptors {
 		if err := s.match(cfg, req, i, d, &ds[i]); err != nil {
 			return nil, err
 		}
+	}
+	return ds, nil
+}
+
+// dropReplaced takes out the rules that another rule of the request
+// replaces (upstream's replaces), but for unlimited ones: upstream takes an
+// unlimited rule out before replacing, so it is never replaced.
+func dropReplaced(ds []descriptor) {
+	replacing := map[string]bool{}
+	for i := range ds {
 		for _, l := range ds[i].limits {
 			for _, r := range l.Replaces {
 				replacing[r] = true
 			}
 		}
 	}
-	if len(replacing) > 0 {
-		for i := range ds {
-			if ds[i].unlimited {
-				continue // upstream takes an unlimited rule out before replacing: it is never replaced
-			}
-			kept := ds[i].limits[:0:0]
-			for _, l := range ds[i].limits {
-				if l.Name == "" || !replacing[l.Name] {
-					kept = append(kept, l)
-				}
-			}
-			ds[i].limits = kept
-		}
+	if len(replacing) == 0 {
+		return
 	}
-	s.decideAll(ctx, req.Domain, ds)
+	for i := range ds {
+		if ds[i].unlimited {
+			continue
+		}
+		kept := ds[i].limits[:0:0]
+		for _, l := range ds[i].limits {
+			if l.Name == "" || !replacing[l.Name] {
+				kept = append(kept, l)
+			}
+		}
+		ds[i].limits = kept
+	}
+}
+
+// respond gathers the decided descriptors' statuses and the overall code:
+// over the limit when a descriptor is, or when every descriptor in quota
+// mode is (and there is one); the first descriptor's error, if any.
+func respond(ds []descriptor) (*pb.RateLimitResponse, error) {
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(ds))}
 	failed, quota, quotaFailed := 0, 0, 0
 	for i := range ds {
@@ -169,23 +204,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		}
 		resp.Statuses[i] = d.status
 		quotaMode := len(d.limits) > 0 && d.limits[0].QuotaMode && !d.unlimited
-		if quotaMode {
+		over := d.status.Code == pb.RateLimitResponse_OVER_LIMIT
+		switch {
+		case quotaMode && over:
+			quota, quotaFailed = quota+1, quotaFailed+1
+		case quotaMode:
 			quota++
-		}
-		if d.status.Code == pb.RateLimitResponse_OVER_LIMIT {
-			if quotaMode {
-				quotaFailed++
-			} else {
-				failed++
-			}
+		case over:
+			failed++
 		}
 	}
 	resp.OverallCode = pb.RateLimitResponse_OK
 	if failed > 0 || (quota > 0 && quota == quotaFailed) {
 		resp.OverallCode = pb.RateLimitResponse_OVER_LIMIT
-	}
-	if s.live.Load().Headers {
-		resp.ResponseHeadersToAdd = headers(ds)
 	}
 	return resp, nil
 }
@@ -279,7 +310,9 @@ type verdict struct {
 	denied    bool    // a rule with an algorithm that did not count the hit
 }
 
-// decide decides one descriptor and sets its status.
+// decide decides one descriptor and sets its status: upstream rules count
+// every hit (count), rules with an algorithm are checked together (check),
+// and the most constraining verdict is shown.
 func (s *Service) decide(ctx context.Context, domain string, d *descriptor) {
 	switch {
 	case d.unlimited:
@@ -290,11 +323,9 @@ func (s *Service) decide(ctx context.Context, domain string, d *descriptor) {
 		return
 	}
 	verdicts := make([]verdict, 0, len(d.limits))
-	var checked []ratelimiting.Limit
 	var checkedRules []*RateLimit
 	for _, l := range d.limits {
 		if l.Algorithm != Upstream {
-			checked = append(checked, ratelimitingLimit(l))
 			checkedRules = append(checkedRules, l)
 			continue
 		}
@@ -305,55 +336,82 @@ func (s *Service) decide(ctx context.Context, domain string, d *descriptor) {
 		}
 		verdicts = append(verdicts, v)
 	}
-	if len(checked) > 0 && !fits(checked, d.addend) {
-		// More hits than a limit can ever take: over, as upstream would
-		// answer, with nothing counted.
-		for _, l := range checkedRules {
-			verdicts = append(verdicts, verdict{limit: l, over: true, denied: true, reset: l.Unit.Duration()})
-		}
-		checked = nil
-	}
-	if len(checked) > 0 {
-		dec, err := s.in.Check(ctx, ratelimiting.Request{Namespace: s.opts.Namespace, Key: d.key + "|", Cost: float64(d.addend), Limits: checked})
+	if len(checkedRules) > 0 {
+		vs, err := s.check(ctx, d, checkedRules)
 		if err != nil {
-			d.err = grpcError(err)
+			d.err = err
 			return
 		}
-		for j, st := range dec.Limits {
-			v := verdict{limit: checkedRules[j], over: !dec.Allowed && !st.Allowed, remaining: st.Remaining, reset: st.Reset, after: st.Rate}
-			if v.over {
-				v.reset = st.RetryAfter
-			}
-			v.before, v.denied = v.after, !dec.Allowed
-			if dec.Allowed {
-				v.before = v.after - float64(d.addend)
-			}
-			verdicts = append(verdicts, v)
-		}
-	}
-	shown := verdicts[0]
-	for _, v := range verdicts[1:] {
-		if (v.over && !shown.over) || (v.over == shown.over && v.remaining < shown.remaining) {
-			shown = v
-		}
+		verdicts = append(verdicts, vs...)
 	}
 	shadow := d.limits[0].ShadowMode
+	d.status = descriptorStatus(shown(verdicts), shadow)
+	if s.opts.Observe != nil {
+		s.opts.Observe(s.stats(domain, d, verdicts, shadow))
+	}
+}
+
+// check decides rules, those of d with an algorithm, in one Check, on the
+// descriptor's key with a suffix of their own. More hits than a limit can
+// ever take are over, as upstream would answer, with nothing counted.
+func (s *Service) check(ctx context.Context, d *descriptor, rules []*RateLimit) ([]verdict, error) {
+	limits := make([]ratelimiting.Limit, len(rules))
+	for j, l := range rules {
+		limits[j] = ratelimitingLimit(l)
+	}
+	verdicts := make([]verdict, 0, len(rules))
+	if !fits(limits, d.addend) {
+		for _, l := range rules {
+			verdicts = append(verdicts, verdict{limit: l, over: true, denied: true, reset: l.Unit.Duration()})
+		}
+		return verdicts, nil
+	}
+	dec, err := s.in.Check(ctx, ratelimiting.Request{Namespace: s.opts.Namespace, Key: d.key + "|", Cost: float64(d.addend), Limits: limits})
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	for j, st := range dec.Limits {
+		v := verdict{limit: rules[j], over: !dec.Allowed && !st.Allowed, remaining: st.Remaining, reset: st.Reset, after: st.Rate}
+		if v.over {
+			v.reset = st.RetryAfter
+		}
+		v.before, v.denied = v.after, !dec.Allowed
+		if dec.Allowed {
+			v.before = v.after - float64(d.addend)
+		}
+		verdicts = append(verdicts, v)
+	}
+	return verdicts, nil
+}
+
+// shown returns the verdict a descriptor's status shows: the first over
+// the limit, else the one with the least remaining.
+func shown(verdicts []verdict) verdict {
+	v := verdicts[0]
+	for _, w := range verdicts[1:] {
+		if (w.over && !v.over) || (w.over == v.over && w.remaining < v.remaining) {
+			v = w
+		}
+	}
+	return v
+}
+
+// descriptorStatus is a descriptor's status from the verdict shown: over
+// the limit (OK in shadow mode), or OK with what remains.
+func descriptorStatus(v verdict, shadow bool) *pb.RateLimitResponse_DescriptorStatus {
 	st := &pb.RateLimitResponse_DescriptorStatus{
 		Code:               pb.RateLimitResponse_OK,
-		CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: shown.limit.Name, RequestsPerUnit: shown.limit.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(shown.limit.Unit)},
-		DurationUntilReset: wholeSeconds(shown.reset),
+		CurrentLimit:       &pb.RateLimitResponse_RateLimit{Name: v.limit.Name, RequestsPerUnit: v.limit.RequestsPerUnit, Unit: pb.RateLimitResponse_RateLimit_Unit(v.limit.Unit)},
+		DurationUntilReset: wholeSeconds(v.reset),
 	}
-	if shown.over {
+	if v.over {
 		if !shadow {
 			st.Code = pb.RateLimitResponse_OVER_LIMIT
 		}
 	} else {
-		st.LimitRemaining = uint32(min(math.Max(0, math.Floor(shown.remaining)), math.MaxUint32))
+		st.LimitRemaining = uint32(min(math.Max(0, math.Floor(v.remaining)), math.MaxUint32))
 	}
-	d.status = st
-	if s.opts.Observe != nil {
-		s.opts.Observe(s.stats(domain, d, verdicts, shadow))
-	}
+	return st
 }
 
 // count counts a hit of upstream rule l: the window's count after it, and
