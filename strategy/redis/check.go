@@ -123,16 +123,26 @@ const planMax = 32
 // shard, the windows and plans they share, each group's keys and
 // arguments, and the reply each group adds (g.nout).
 func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *checkCall {
-	n := len(checks)
 	cc := &checkCall{}
 	cc.wins, cc.ttls, cc.spans = cc.buf.wins[:0], cc.buf.ttls[:0], cc.buf.spans[:0]
 	cc.nums = &numArgs{ints: cc.buf.ints[:0]}
+	pl, nargs := cc.group(s, checks)
+	cc.encodeHead(seq, s.laneTTL, nargs)
+	cc.encodeKeys(s, node, checks, pl)
+	cc.encodeGroups(checks)
+	return cc
+}
+
+// group sorts the checks into the shard groups a call touches, numbers
+// each check's plan (pl, by check) and picks each group's way through the
+// script; nargs is the number of per-check arguments (a field, and a key
+// position per keyed limit).
+func (cc *checkCall) group(s *Store, checks []strategy.Check) (pl []int, nargs int) {
+	n := len(checks)
 	gr := grouper{shards: s.cfg.Shards}
 	ints := make([]int, 3*n) // each check's plan number, its group's number, then the groups' items
 	pl, gi, items := ints[:n], ints[n:2*n], ints[2*n:]
-	strs := make([]string, n)
-	cc.field = strs
-	nargs := 0
+	cc.field = make([]string, n)
 	for i := range checks {
 		c := &checks[i]
 		cc.field[i] = c.Key
@@ -160,9 +170,16 @@ func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *
 		g.how = cc.how(g, pl)
 	}
 	cc.fastFirst(pl)
+	return pl, nargs
+}
+
+// encodeHead starts the call's arguments: the seq, the lane TTL, the
+// windows (their TTLs and span flags), and the plans' numbers in one
+// string.
+func (cc *checkCall) encodeHead(seq uint64, laneTTL any, nargs int) {
 	head := 3 + 2*len(cc.wins) + 2 + len(cc.plans) + nkeyed(cc.plans)
 	cc.args = make(argv, 0, head+2+nargs)
-	cc.args = append(cc.args, seqArg(seq), s.laneTTL, len(cc.wins))
+	cc.args = append(cc.args, seqArg(seq), laneTTL, len(cc.wins))
 	for w := range cc.wins {
 		flag := "0"
 		if cc.spans[w] {
@@ -181,9 +198,12 @@ func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *
 	if len(cc.plans) > 255 {
 		cc.width = 2
 	}
+}
 
-	// The keys, in one string: each group's lane record, then its windows'
-	// hashes and keyed keys.
+// encodeKeys makes the call's keys, in one string: each group's lane
+// record, then its windows' hashes and keyed keys; and the groups' heads
+// and the checks' plan numbers (pl), two arguments.
+func (cc *checkCall) encodeKeys(s *Store, node string, checks []strategy.Check, pl []int) {
 	klen, nkeys := 0, 1
 	for _, g := range cc.gs {
 		g.wins = cc.wins
@@ -205,7 +225,7 @@ func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *
 	}
 	all := b.String()
 	cc.keys = make([]string, 1, nkeys)
-	heads := make([]byte, 0, 5*len(cc.gs)+cc.width*n)
+	heads := make([]byte, 0, 5*len(cc.gs)+cc.width*len(checks))
 	k, start := 0, 0
 	for _, g := range cc.gs {
 		g.lane = all[start:ends[k]]
@@ -232,6 +252,11 @@ func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *
 	hs := string(heads)
 	cc.heads, cc.pns = hs[:5*len(cc.gs)], hs[5*len(cc.gs):]
 	cc.args = append(cc.args, cc.heads, cc.pns)
+}
+
+// encodeGroups adds each group's per-check arguments: the check's field,
+// and for each keyed limit its key's position.
+func (cc *checkCall) encodeGroups(checks []strategy.Check) {
 	for _, g := range cc.gs {
 		g.lo = len(cc.args)
 		g.nout = 0
@@ -247,7 +272,6 @@ func (s *Store) encodeChecks(node string, seq uint64, checks []strategy.Check) *
 		}
 		g.hi = len(cc.args)
 	}
-	return cc
 }
 
 // fastMax is the most checks a group check.lua's fast loop runs may have
