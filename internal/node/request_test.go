@@ -27,6 +27,21 @@ func servedNode(t *testing.T, upstream string) (api, gw string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	api, gw, stop := serveOnLoopback(t, n)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("ServeListeners: %v", err)
+		}
+	})
+	return api, gw
+}
+
+// serveOnLoopback serves n's API and gateway on loopback listeners of
+// their own, as Serve does, and returns their addresses and a function
+// that stops the node (SIGTERM's path: drain, then stop) and returns
+// ServeListeners' error.
+func serveOnLoopback(t *testing.T, n *Node) (api, gw string, stop func() error) {
+	t.Helper()
 	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -38,13 +53,10 @@ func servedNode(t *testing.T, upstream string) (api, gw string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- n.ServeListeners(ctx, apiLn, gwLn) }()
-	t.Cleanup(func() {
+	return apiLn.Addr().String(), gwLn.Addr().String(), func() error {
 		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("ServeListeners: %v", err)
-		}
-	})
-	return apiLn.Addr().String(), gwLn.Addr().String()
+		return <-served
+	}
 }
 
 // rawResponse is what a raw request got.

@@ -169,17 +169,7 @@ func TestShutdownDrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gwLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- n.ServeListeners(ctx, apiLn, gwLn) }()
+	_, gw, stop := serveOnLoopback(t, n)
 
 	type answer struct {
 		code int
@@ -188,7 +178,7 @@ func TestShutdownDrains(t *testing.T) {
 	}
 	answers := make(chan answer, 1)
 	go func() {
-		resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + gwLn.Addr().String() + "/ip")
+		resp, err := (&http.Client{Timeout: time.Minute}).Get("http://" + gw + "/ip")
 		if err != nil {
 			answers <- answer{err: err}
 			return
@@ -198,14 +188,15 @@ func TestShutdownDrains(t *testing.T) {
 		answers <- answer{code: resp.StatusCode, body: string(body)}
 	}()
 	<-arrived
-	cancel() // SIGTERM: stop accepting, drain
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }() // SIGTERM: stop accepting, drain
 	waitFor(t, 10*time.Second, "readyz refuses while draining", func() bool { return n.closing.Load() })
 	close(release)
 	a := <-answers
 	if a.err != nil || a.code != 200 || a.body != "late but whole" {
 		t.Errorf("in-flight request: %+v", a)
 	}
-	if err := <-served; err != nil {
+	if err := <-stopped; err != nil {
 		t.Errorf("ServeListeners: %v", err)
 	}
 }
