@@ -45,6 +45,23 @@ func RunGoldenTogether(t *testing.T, store strategy.Strategy, keys int) {
 // decision after the first rests on the store's arithmetic of pushes.
 func RunGoldenPeriodic(t *testing.T, store strategy.Strategy) { runGolden(t, store, time.Hour, 1) }
 
+// Store is a store the golden suite runs on: it counts and decides.
+type Store interface {
+	strategy.Strategy
+	strategy.Checker
+}
+
+// RunGoldenSuite runs every golden runner on a fresh store from newStore,
+// each as a subtest: synchronous (RunGolden), eight keys at once
+// (RunGoldenTogether), one check call per instant (RunGoldenCalls) and
+// periodic (RunGoldenPeriodic). Every store's package runs it.
+func RunGoldenSuite(t *testing.T, newStore func(t *testing.T) Store) {
+	t.Run("synchronous", func(t *testing.T) { RunGolden(t, newStore(t)) })
+	t.Run("together", func(t *testing.T) { RunGoldenTogether(t, newStore(t), 8) })
+	t.Run("calls", func(t *testing.T) { RunGoldenCalls(t, newStore(t)) })
+	t.Run("periodic", func(t *testing.T) { RunGoldenPeriodic(t, newStore(t)) })
+}
+
 // runGolden runs the golden table through a namespace of sync rate rate
 // on store (local-only when store is nil), on keys keys at once.
 func runGolden(t *testing.T, store strategy.Strategy, rate time.Duration, keys int) {

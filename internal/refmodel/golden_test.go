@@ -30,19 +30,8 @@ func TestGoldenIsCurrent(t *testing.T) {
 // the node's own arithmetic.
 func TestGoldenLocal(t *testing.T) { refmodel.RunGolden(t, nil) }
 
-// TestGoldenMemory runs the golden table through a synchronous namespace on
-// the memory store, which decides every request with a cost.
-func TestGoldenMemory(t *testing.T) { refmodel.RunGolden(t, memory.New()) }
-
-// TestGoldenMemoryTogether runs the golden table on the memory store on
-// eight keys at once, several checks to a call.
-func TestGoldenMemoryTogether(t *testing.T) { refmodel.RunGoldenTogether(t, memory.New(), 8) }
-
-// TestGoldenMemoryCalls runs the golden table through the memory store's
-// CheckAndCount, the steps of one instant in one call.
-func TestGoldenMemoryCalls(t *testing.T) { refmodel.RunGoldenCalls(t, memory.New()) }
-
-// TestGoldenMemoryPeriodic runs the golden table's cases of windows and
-// buckets through a periodic namespace on the memory store, synced after
-// each step.
-func TestGoldenMemoryPeriodic(t *testing.T) { refmodel.RunGoldenPeriodic(t, memory.New()) }
+// TestGoldenMemory runs the golden suite on the memory store, the Go
+// reference store.
+func TestGoldenMemory(t *testing.T) {
+	refmodel.RunGoldenSuite(t, func(*testing.T) refmodel.Store { return memory.New() })
+}

@@ -7,35 +7,14 @@ import (
 	"github.com/ratesync/ratesync/strategy/postgres"
 )
 
-// TestGolden runs the golden table of internal/refmodel through a
-// synchronous namespace on PostgreSQL: every request with a cost, or
-// with an anchored window or a log, is decided by its check function, and each decision must be the table's.
+// TestGolden runs the golden table of internal/refmodel on PostgreSQL:
+// synchronous namespaces, whose every request with a cost, or with an
+// anchored window or a log, its check function decides (one key, eight
+// keys at once, several checks of one key in one call), and periodic ones,
+// whose pushes its functions apply. Each decision must be the table's.
 func TestGolden(t *testing.T) {
-	store, _ := newStore(t, postgres.Config{})
-	refmodel.RunGolden(t, store)
-}
-
-// TestGoldenTogether runs the golden table on eight keys at once: the
-// syncer sends the checks of a step together, and the function decides
-// several checks in one call.
-func TestGoldenTogether(t *testing.T) {
-	store, _ := newStore(t, postgres.Config{})
-	refmodel.RunGoldenTogether(t, store, 8)
-}
-
-// TestGoldenCalls runs the golden table through CheckAndCount itself, the
-// steps of one instant in one call: the function decides several checks of
-// one key in one call.
-func TestGoldenCalls(t *testing.T) {
-	store, _ := newStore(t, postgres.Config{})
-	refmodel.RunGoldenCalls(t, store)
-}
-
-// TestGoldenPeriodic runs the golden table's cases of windows and buckets
-// through a periodic namespace synced after each step: the push statement
-// and its function apply the node's diffs, and the node decides on what
-// they made.
-func TestGoldenPeriodic(t *testing.T) {
-	store, _ := newStore(t, postgres.Config{})
-	refmodel.RunGoldenPeriodic(t, store)
+	refmodel.RunGoldenSuite(t, func(t *testing.T) refmodel.Store {
+		store, _ := newStore(t, postgres.Config{})
+		return store
+	})
 }
