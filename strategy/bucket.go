@@ -2,6 +2,7 @@ package strategy
 
 import (
 	"context"
+	"math"
 	"time"
 )
 
@@ -35,16 +36,18 @@ type BucketState struct {
 
 // BucketDiff is cost a node consumed from a bucket since its last push,
 // dated by the first of those hits: the store adds it with arith.BucketAdd at At,
-// draining at Rate. For an anchored window or a log it is the cost of the
-// hits of one millisecond, At, that the node counted on its own (Rate is
-// not used: nodes send 1).
+// draining at Rate. A bucket's cost may be negative: tokens a node gives
+// back (quota it was granted and did not use); the level it leaves is
+// never read below empty (arith.Level). For an anchored window or a log
+// it is the cost of the hits of one millisecond, At, that the node counted
+// on its own (Rate is not used: nodes send 1), and positive.
 type BucketDiff struct {
 	Namespace string
 	Key       string
 	Kind      uint8
 	Window    time.Duration // whole milliseconds, > 0
 	At        int64         // Unix milliseconds of the first hit
-	Cost      float64       // > 0
+	Cost      float64       // finite and != 0; > 0 for an anchored window or a log (CostValid)
 	Rate      float64       // the bucket's limit per window, > 0
 }
 
@@ -68,4 +71,17 @@ type BucketStore interface {
 	// GetBuckets returns the state of each named bucket the store holds;
 	// buckets it does not hold (empty ones) are left out.
 	GetBuckets(ctx context.Context, namespace string, refs []BucketRef) ([]BucketState, error)
+}
+
+// CostValid reports whether d's cost is one a store applies: finite and
+// non-zero for a bucket (negative gives tokens back), finite and > 0 for
+// an anchored window or a log (hits).
+func (d *BucketDiff) CostValid() bool {
+	if math.IsNaN(d.Cost) || math.IsInf(d.Cost, 0) {
+		return false
+	}
+	if d.Kind == KindAnchored || d.Kind == KindLog {
+		return d.Cost > 0
+	}
+	return d.Cost != 0
 }

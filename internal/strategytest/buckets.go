@@ -185,6 +185,39 @@ var bucketCases = []suiteCase{
 			t.Fatalf("purge dropped a bucket that still holds a level: %+v", b)
 		}
 	}},
+	{"negative bucket diffs give tokens back, never above capacity", func(t *testing.T, s strategy.Strategy) {
+		bs, ck := bucketStore(t, s)
+		t0 := Base.Add(5 * time.Hour).UnixMilli()
+		ref := strategy.BucketRef{Key: "g", Kind: kindToken, Window: time.Second}
+		bd := func(at int64, cost float64) strategy.BucketDiff {
+			return strategy.BucketDiff{Namespace: "ns", Key: "g", Kind: kindToken, Window: time.Second, At: at, Cost: cost, Rate: 1}
+		}
+		level := func(now int64) float64 {
+			b := getBuckets(t, bs, "ns", ref)[ref]
+			return arith.Level(b.Level, b.At, 1, now)
+		}
+		push(t, s, strategy.Batch{Node: "g", Seq: 1, Buckets: []strategy.BucketDiff{bd(t0, 5)}})
+		push(t, s, strategy.Batch{Node: "g", Seq: 2, Buckets: []strategy.BucketDiff{bd(t0, -2)}})
+		if got := level(t0); got != 3000 {
+			t.Fatalf("level %v after 5 taken and 2 given back, want 3000", got)
+		}
+		push(t, s, strategy.Batch{Node: "g", Seq: 3, Buckets: []strategy.BucketDiff{bd(t0+100, -10)}})
+		if got := level(t0 + 100); got != 0 {
+			t.Fatalf("level %v after more given back than taken, want 0 (full, never above)", got)
+		}
+		if ck == nil {
+			return
+		}
+		c := strategy.Check{Namespace: "ns", Key: "g", Cost: 10, Now: time.UnixMilli(t0 + 100),
+			Limits: []strategy.CheckLimit{{WindowSize: time.Second, Limit: 1, Kind: kindToken, Burst: 10}}}
+		if r := checkOne(t, ck, "g2", 1, c); !r.Allowed {
+			t.Fatalf("a full bucket of 10 refused 10: %+v", r)
+		}
+		c.Cost = 1
+		if r := checkOne(t, ck, "g2", 2, c); r.Allowed {
+			t.Fatalf("a bucket of capacity 10 admitted 11 at one instant: tokens given back went above capacity")
+		}
+	}},
 	{"buckets are isolated and keys byte-exact", func(t *testing.T, s strategy.Strategy) {
 		bs, _ := bucketStore(t, s)
 		at := Base.Add(4 * time.Hour).UnixMilli()

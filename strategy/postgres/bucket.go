@@ -66,8 +66,8 @@ func checkBucketDiff(d strategy.BucketDiff) error {
 		return fmt.Errorf("postgres: bucket diff of key %q: kind 0: must be a bucket kind (> 0)", d.Key)
 	case d.Window <= 0 || d.Window%time.Millisecond != 0:
 		return fmt.Errorf("postgres: bucket diff of key %q: window %v: must be > 0 and whole milliseconds", d.Key, d.Window)
-	case !finitePositive(d.Cost):
-		return fmt.Errorf("postgres: bucket diff of key %q: cost %v: must be finite and > 0", d.Key, d.Cost)
+	case !d.CostValid():
+		return fmt.Errorf("postgres: bucket diff of key %q: cost %v: must be finite and not 0 (> 0 for an anchored window or a log)", d.Key, d.Cost)
 	case !finitePositive(d.Rate):
 		return fmt.Errorf("postgres: bucket diff of key %q: rate %v: must be finite and > 0", d.Key, d.Rate)
 	}

@@ -116,15 +116,15 @@ func bucketKey(tag string, kind uint8, windowMs int64, key string) string {
 // validBuckets checks the bucket diffs of b.
 func validBuckets(b strategy.Batch) error {
 	for i, d := range b.Buckets {
-		if d.Kind != 0 && d.Window > 0 && d.Window%time.Millisecond == 0 && positive(d.Cost) && positive(d.Rate) {
+		if d.Kind != 0 && d.Window > 0 && d.Window%time.Millisecond == 0 && d.CostValid() && positive(d.Rate) {
 			continue
 		}
 		what := fmt.Sprintf("batch %d of node %q: bucket diff %d (key %s)", b.Seq, b.Node, i, quote(d.Key))
 		switch {
 		case d.Kind == 0:
 			return fmt.Errorf("redis: %s: Kind = 0: must be a bucket kind, 1 to 255", what)
-		case !positive(d.Cost):
-			return fmt.Errorf("redis: %s: Cost = %v: must be finite and > 0", what, d.Cost)
+		case !d.CostValid():
+			return fmt.Errorf("redis: %s: Cost = %v: must be finite and not 0 (> 0 for an anchored window or a log)", what, d.Cost)
 		case !positive(d.Rate):
 			return fmt.Errorf("redis: %s: Rate = %v: must be finite and > 0", what, d.Rate)
 		}

@@ -270,9 +270,10 @@ func TestInvalidBucketInputIsRejected(t *testing.T) {
 		{"kind 0", func(d *strategy.BucketDiff) { d.Kind = 0 }, `redis: batch 1 of node "n": bucket diff 1 (key "k"): Kind = 0: must be a bucket kind, 1 to 255`},
 		{"zero window", func(d *strategy.BucketDiff) { d.Window = 0 }, "window size 0s: must be > 0 and whole milliseconds"},
 		{"sub-ms window", func(d *strategy.BucketDiff) { d.Window = 1500 * time.Microsecond }, "window size 1.5ms: must be > 0 and whole milliseconds"},
-		{"zero cost", func(d *strategy.BucketDiff) { d.Cost = 0 }, "Cost = 0: must be finite and > 0"},
-		{"NaN cost", func(d *strategy.BucketDiff) { d.Cost = math.NaN() }, "Cost = NaN: must be finite and > 0"},
-		{"infinite cost", func(d *strategy.BucketDiff) { d.Cost = math.Inf(1) }, "Cost = +Inf: must be finite and > 0"},
+		{"zero cost", func(d *strategy.BucketDiff) { d.Cost = 0 }, "Cost = 0: must be finite and not 0"},
+		{"NaN cost", func(d *strategy.BucketDiff) { d.Cost = math.NaN() }, "Cost = NaN: must be finite and not 0"},
+		{"infinite cost", func(d *strategy.BucketDiff) { d.Cost = math.Inf(1) }, "Cost = +Inf: must be finite and not 0"},
+		{"negative log cost", func(d *strategy.BucketDiff) { d.Kind, d.Cost = strategy.KindLog, -1 }, "Cost = -1: must be finite and not 0 (> 0 for an anchored window or a log)"},
 		{"negative rate", func(d *strategy.BucketDiff) { d.Rate = -1 }, "Rate = -1: must be finite and > 0"},
 		{"infinite rate", func(d *strategy.BucketDiff) { d.Rate = math.Inf(1) }, "Rate = +Inf: must be finite and > 0"},
 	} {

@@ -227,6 +227,9 @@ local function keyed()
   -- string rs; saveBuckets writes it.
   local function bucketAdd(b, rs, cost, window, now)
     b.level = bucketLevel(b, N[rs], now) + cost * window
+    if b.level < 0 then
+      b.level = 0 -- tokens given back fill it at most (a level below 0 reads as 0)
+    end
     if now > b.at then
       b.at = now
     end
