@@ -127,7 +127,7 @@ func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
 		if s.isDown() {
 			break
 		}
-		if err := s.flushKey(ctx, r.check.Key, r.windows, r.tables); err != nil && !errors.Is(err, context.Canceled) {
+		if err := s.flushKey(ctx, r.check, r.windows, r.tables); err != nil && !errors.Is(err, context.Canceled) {
 			if s.fellShort(start) {
 				s.answerLocal(nil, batch) // not sent: the callers decide, and count, on the node
 				return
@@ -138,13 +138,16 @@ func (s *Syncer) serveChecks(ctx context.Context, batch []*checkReq) {
 	s.applyChecks(ctx, batch)
 }
 
-// flushKey pushes this node's diffs of key in windows and the windows
-// before them, and what it took from key's buckets in tables, after the
-// check calls in doubt and the batches in flight, as one batch of its own
-// (kept in flight when the push fails, like any other). A call in doubt is
-// resolved before any newer call is sent: a newer Seq recorded first would
-// make the store refuse it. Callers hold lane.mu.
-func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window, tables []*shm.Buckets) error {
+// flushKey pushes this node's diffs of ck's key in windows and in every
+// window before them that its limits read (the previous one, or a
+// precision limit's Depth), and what it took from the key's buckets in
+// tables, after the check calls in doubt and the batches in flight, as one
+// batch of its own (kept in flight when the push fails, like any other), so
+// that the store decides on the counts this node's view holds. A call in
+// doubt is resolved before any newer call is sent: a newer Seq recorded
+// first would make the store refuse it. Callers hold lane.mu.
+func (s *Syncer) flushKey(ctx context.Context, ck strategy.Check, windows []*shm.Window, tables []*shm.Buckets) error {
+	key := ck.Key
 	c := s.conf.Load()
 	var diffs []strategy.Diff
 	var buckets []strategy.BucketDiff
@@ -158,12 +161,23 @@ func (s *Syncer) flushKey(ctx context.Context, key string, windows []*shm.Window
 		if w == nil || slices.Contains(windows[:i], w) {
 			continue // limits of one size share their windows
 		}
-		for _, x := range [2]*shm.Window{w, w.Prev()} {
+		depth := 2
+		for j, x := range windows {
+			if x == w && j < len(ck.Limits) {
+				depth = max(depth, ck.Limits[j].Depth())
+			}
+		}
+		sr, now := w.Series(), s.clock.ms()
+		for back := range depth {
+			x := w
+			if back > 0 {
+				x = sr.Window(w.Start()-int64(back)*sr.Size(), false, now)
+			}
 			if x == nil {
 				continue
 			}
 			if v := x.TakeKey(key); v != 0 {
-				diffs = append(diffs, diffOf(c, x.Series(), x.Start(), key, v))
+				diffs = append(diffs, diffOf(c, sr, x.Start(), key, v))
 			}
 		}
 	}
@@ -255,8 +269,11 @@ func (s *Syncer) resolveDoubts(ctx context.Context) (int, error) {
 	for len(s.lane.doubts) > 0 {
 		d := s.lane.doubts[0]
 		if can {
-			_, err := ck.CheckAndCount(ctx, c.Node, d.seq, d.checks)
+			res, err := ck.CheckAndCount(ctx, c.Node, d.seq, d.checks)
 			s.countCall(callCheck, err)
+			if err == nil && c.Resolved != nil && len(res) == len(d.checks) {
+				c.Resolved(d.checks, res)
+			}
 			if err != nil {
 				if d.tries++; d.tries < maxDoubtTries || errors.Is(err, context.Canceled) {
 					return n, fmt.Errorf("syncer: namespace %q: check and count (in doubt, seq %d): %w", c.Namespace, d.seq, err)

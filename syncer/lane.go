@@ -74,6 +74,9 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	if s.measureOffset(ctx) { // offset.go: the store's clock, before this sync's windows
 		s.lane.calls++ // and the store answers: no probe needed below
 	}
+	if c.BeforeSync != nil {
+		c.BeforeSync(false)
+	}
 	pushed, late, err := s.pushLocked(ctx)
 	fetched := 0
 	if err == nil {

@@ -54,6 +54,16 @@ type Config struct {
 	PurgeEvery time.Duration // mean interval between Purge calls (±25% jitter); an hour when 0, never when < 0
 	Logger     *slog.Logger  // slog.Default() when nil
 	Observe    func(Report)  // called after each store exchange; may be nil; must not block
+	// BeforeSync, when set, runs before each push of a sync, and before
+	// the final push of Stop with final set, under the lane's lock: what
+	// it adds to the series and bucket tables goes with that push. It
+	// must not call the syncer.
+	BeforeSync func(final bool)
+	// Resolved, when set, is told the store's answers to a check call that
+	// was in doubt (ErrInDoubt) once the lane sent it again and the store
+	// answered, under the lane's lock: what it adds to the series and
+	// bucket tables goes with the next push. It must not call the syncer.
+	Resolved func(checks []strategy.Check, res []strategy.CheckResult)
 }
 
 // conf is a configuration as applied: immutable, swapped whole under
@@ -223,6 +233,9 @@ func (s *Syncer) push(ctx context.Context) error {
 	}
 	defer s.lane.mu.unlock()
 	t0 := s.clock.now()
+	if c := s.conf.Load(); c.BeforeSync != nil {
+		c.BeforeSync(true)
+	}
 	n, late, err := s.pushLocked(ctx)
 	if err == nil && n == 0 {
 		return nil // nothing to push: no exchange, nothing learned of the store
