@@ -54,6 +54,16 @@ type Config struct {
 	// mode (docs/guarantees.md, "NearLimit"; BENCHMARKS.md, section 14).
 	// Default off: Kong's behaviour.
 	NearLimit bool
+	// Leases (periodic namespaces whose Strategy implements
+	// strategy.Checker and strategy.BucketStore) decides Allow, Check and
+	// AllowOne on this node from quota the store granted it: the store
+	// counts a grant of k units at once, atomically with its check, and the
+	// node admits from what it holds without a store call. The cluster never
+	// admits more than a limit, whatever the sync rate (docs/guarantees.md,
+	// "Leases"). Increment and SlidingWindow keep counting as periodic
+	// diffs. Sliding logs are decided in the store. Exclusive with
+	// NearLimit.
+	Leases bool
 	// DictCapacity bounds the counters of Dict (0: the dict's current bound,
 	// shm.DefaultCapacity for a new dict). Higher holds more keys exactly;
 	// lower bounds memory (about 100 bytes a counter).
@@ -161,6 +171,7 @@ func (c Config) Validate() error {
 		bad("Clock", "clock", c.Clock.String(), "must be StoreClock (store, the default) or NodeClock (node)")
 	}
 	c.validateNearLimit(bad)
+	c.validateLeases(bad)
 	return errors.Join(errs...)
 }
 
@@ -179,6 +190,29 @@ func (c Config) validateNearLimit(bad func(field, key, value, allowed string)) {
 	default:
 		if _, ok := c.Strategy.(strategy.Checker); !ok {
 			bad("NearLimit", "near_limit", "true", fmt.Sprintf("needs a strategy that decides in the store (strategy.Checker); %T does not", c.Strategy))
+		}
+	}
+}
+
+// validateLeases checks Leases against the sync mode and the store.
+func (c Config) validateLeases(bad func(field, key, value, allowed string)) {
+	if !c.Leases {
+		return
+	}
+	switch {
+	case c.SyncRate < 0:
+		bad("Leases", "leases", "true", "needs a periodic sync rate (sync_rate, SyncRate > 0) and a store; this namespace is local only")
+	case c.SyncRate == 0:
+		bad("Leases", "leases", "true", "needs a periodic sync rate (sync_rate, SyncRate > 0): returns of unused quota ride the periodic sync; this namespace is synchronous")
+	case c.NearLimit:
+		bad("Leases", "leases", "true", "leases and near_limit are alternatives: a leased namespace never over-admits, so near_limit has nothing to add; set one")
+	case c.Strategy == nil:
+		// reported above
+	default:
+		_, decides := c.Strategy.(strategy.Checker)
+		_, keeps := c.Strategy.(strategy.BucketStore)
+		if !decides || !keeps {
+			bad("Leases", "leases", "true", fmt.Sprintf("needs a strategy that grants quota (strategy.Checker and strategy.BucketStore: memory, Redis, PostgreSQL); %T does not", c.Strategy))
 		}
 	}
 }

@@ -37,6 +37,10 @@ func TestValidate(t *testing.T) {
 		{"negative dict capacity", func(c *namespace.Config) { c.DictCapacity = -5 }, "DictCapacity", "-5", ">= 0"},
 		{"near limit on a synchronous namespace", func(c *namespace.Config) { c.SyncRate, c.NearLimit = 0, true }, "NearLimit", "true", "periodic sync rate (sync_rate, SyncRate > 0)"},
 		{"near limit without a checker", func(c *namespace.Config) { c.Strategy, c.NearLimit = plainStore{store}, true }, "NearLimit", "true", "strategy.Checker"},
+		{"leases on a synchronous namespace", func(c *namespace.Config) { c.SyncRate, c.Leases = 0, true }, "Leases", "true", "periodic sync rate (sync_rate, SyncRate > 0)"},
+		{"leases on a local namespace", func(c *namespace.Config) { c.SyncRate, c.Strategy, c.Leases = -1, nil, true }, "Leases", "true", "local only"},
+		{"leases with near limit", func(c *namespace.Config) { c.NearLimit, c.Leases = true, true }, "Leases", "true", "alternatives"},
+		{"leases without a checker", func(c *namespace.Config) { c.Strategy, c.Leases = plainStore{store}, true }, "Leases", "true", "strategy.Checker and strategy.BucketStore"},
 		{"unknown clock", func(c *namespace.Config) { c.Clock = 7 }, "Clock", "Clock(7)", "StoreClock (store, the default) or NodeClock (node)"},
 	}
 	for _, tt := range tests {
@@ -63,6 +67,7 @@ func TestValidate(t *testing.T) {
 		{WindowSizes: []time.Duration{time.Second}, SyncRate: namespace.Synchronous, Strategy: store},
 		{WindowSizes: []time.Duration{time.Minute, time.Second, time.Minute}, SyncRate: -1},
 		{WindowSizes: []time.Duration{time.Second}, SyncRate: time.Second, Strategy: store, NearLimit: true},
+		{WindowSizes: []time.Duration{time.Second}, SyncRate: time.Second, Strategy: store, Leases: true},
 		{WindowSizes: []time.Duration{time.Second}, SyncRate: time.Second, Strategy: store, Clock: namespace.NodeClock},
 		{WindowSizes: []time.Duration{time.Second}, SyncRate: namespace.LocalOnly, Clock: namespace.NodeClock},
 	}

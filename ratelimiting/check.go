@@ -66,6 +66,9 @@ func (in *Instance) AllowOne(ctx context.Context, ns, key string, cost float64, 
 // each limit's state into out (len(p.limits)). The namespace and key come
 // apart from p: they escape, p's arrays must not.
 func (in *Instance) check(ctx context.Context, name, key string, p plan, out []LimitState) (allowed bool, retry time.Duration, err error) {
+	if in.nss.Load().leased && in.leaseFast(name, key, &p, out) {
+		return true, 0, nil
+	}
 	for i := range p.limits {
 		if l := &p.limits[i]; l.Algorithm.keyed() || l.Precision != 0 {
 			return in.checkMore(ctx, name, key, p, out)
@@ -123,6 +126,13 @@ func (in *Instance) finish(ctx context.Context, p *plan, n *ns, key string, out 
 		p.refund(key)
 		return false, 0, ErrClosed
 	}
+	switch {
+	case p.grant != nil:
+		p.grant.states(p.limits, p.cost, p.left, p.now, out)
+		return true, 0, nil
+	case p.denial != nil:
+		return false, p.denial.refuse(p.now, out), nil
+	}
 	return allowed, p.decide(key, allowed, out), nil
 }
 
@@ -132,6 +142,17 @@ func (in *Instance) execute(ctx context.Context, p *plan, n *ns, key string) (bo
 	switch {
 	case n.syncer != nil && n.cfg.SyncRate == 0:
 		return in.checkSynchronous(ctx, p, n, key)
+	case n.leases != nil && p.leasable():
+		return in.checkLeased(ctx, p, n, key)
+	case n.leases != nil && p.cost > 0 && !p.penalty && len(p.keyed) > 0:
+		// A sliding log: decided in the store, as in a synchronous
+		// namespace; on this node's slots when the store cannot answer.
+		allowed, ok, err := in.checkInStore(ctx, p, n, key)
+		if err != nil || ok {
+			return allowed, err
+		}
+		n.leases.stats.fallbacks.Add(1)
+		return in.checkLocal(p, key), nil
 	case n.cfg.NearLimit && !p.penalty && p.cost > 0 && n.syncer != nil:
 		return in.checkNearLimit(ctx, p, n, key)
 	case p.penalty:

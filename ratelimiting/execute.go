@@ -180,7 +180,7 @@ func (in *Instance) allowBucket(out *LimitState, name, key string, cost float64,
 	if err != nil {
 		return true, err
 	}
-	if n.syncer != nil && (n.cfg.SyncRate == 0 || n.cfg.NearLimit) {
+	if n.syncer != nil && (n.cfg.SyncRate == 0 || n.cfg.NearLimit || n.leases != nil) {
 		return false, nil
 	}
 	if err := n.bucketsAllowed(); err != nil {
@@ -286,6 +286,25 @@ func denied(p *plan) bool {
 // The syncer first pushes this node's hits of the key that the store has
 // not seen, so the store decides on all of them.
 func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string) (allowed, ok bool, err error) {
+	allowed, ok, err = in.askStore(ctx, p, n, key)
+	if errors.Is(err, syncer.ErrInDoubt) {
+		// The store may have counted the request: judge it on this node's
+		// view, and keep it there, not to be pushed (the syncer has the
+		// store count it once).
+		allowed = in.judgeLocal(p, key)
+		if allowed {
+			p.holdInDoubt(key)
+		}
+		return allowed, true, nil
+	}
+	return allowed, ok, err
+}
+
+// askStore is checkInStore's exchange: the plan's request as one
+// strategy.Check, decided and counted in the store, its answer read into
+// the plan. ok is false when the store could not decide; err is
+// syncer.ErrInDoubt when it may have counted the request unconfirmed.
+func (in *Instance) askStore(ctx context.Context, p *plan, n *ns, key string) (allowed, ok bool, err error) {
 	var (
 		lbuf [stackLimits]strategy.CheckLimit
 		wbuf [stackLimits]*shm.Window
@@ -315,16 +334,6 @@ func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string
 	}
 	c := strategy.Check{Namespace: n.cfg.Name, Key: key, Cost: p.cost, Now: time.UnixMilli(p.now), Limits: limits}
 	res, ok, err := n.syncer.Check(ctx, c, windows, tables)
-	if errors.Is(err, syncer.ErrInDoubt) {
-		// The store may have counted the request: judge it on this node's
-		// view, and keep it there, not to be pushed (the syncer has the
-		// store count it once).
-		allowed = in.judgeLocal(p, key)
-		if allowed {
-			p.holdInDoubt(key)
-		}
-		return allowed, true, nil
-	}
 	if err != nil || !ok {
 		return false, false, err
 	}

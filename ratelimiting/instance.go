@@ -110,6 +110,7 @@ type ns struct {
 	tables atomic.Pointer[[]*shm.Buckets] // bucket tables looked up so far (see bucketTable)
 	anchs  atomic.Pointer[[]*shm.Keyed[strategy.BucketState]]
 	logs   atomic.Pointer[[]*shm.Keyed[arith.Log]]
+	leases *leaseTable // nil unless cfg.Leases
 }
 
 // register returns the table mk makes, added to *list: the lookup of a
@@ -357,6 +358,10 @@ func (in *Instance) Update(cfg namespace.Config) error {
 		return err
 	}
 	n := in.layout(cfg, old.dict)
+	if n.leases != nil && old.leases != nil {
+		n.leases = old.leases // the grants held stay good
+		n.leases.horizon.Store(max(1, cfg.SyncRate.Milliseconds()))
+	}
 	release := in.claim(cfg.Name)
 	in.mu.Unlock()
 	defer release()
@@ -371,6 +376,9 @@ func (in *Instance) Update(cfg namespace.Config) error {
 			in.logger.Warn("ratesync: final push before going local-only failed", "namespace", cfg.Name, "err", err)
 		}
 	case old.syncer != nil:
+		if old.leases != nil && n.leases == nil {
+			in.sweepLeases(old, true) // no longer leased: what it holds goes back with the next push
+		}
 		n.syncer = old.syncer
 		n.syncer.Reconfigure(in.syncConfig(n))
 	case !cfg.Local():
@@ -450,6 +458,9 @@ func (in *Instance) dict(cfg namespace.Config) (*shm.Dict, error) {
 // layout makes the applied form of cfg in dict, without its syncer.
 func (in *Instance) layout(cfg namespace.Config, dict *shm.Dict) *ns {
 	n := &ns{cfg: cfg, dict: dict}
+	if cfg.Leases {
+		n.leases = newLeaseTable(cfg.SyncRate)
+	}
 	for _, size := range cfg.WindowSizes {
 		sr := dict.Series(cfg.Name, size)
 		sr.SetLocal(cfg.Local())
@@ -486,7 +497,27 @@ func (in *Instance) syncConfig(n *ns) syncer.Config {
 		HitTimeout: cmp.Or(n.cfg.Timeout, in.hitTimeout),
 		Logger:     in.logger,
 		Observe:    in.observe,
+		BeforeSync: in.beforeSync(n),
+		Resolved:   in.resolved(n),
 	}
+}
+
+// resolved returns what n's syncer runs when the store answers a check
+// call that was in doubt: grants the store made give their units back.
+func (in *Instance) resolved(n *ns) func([]strategy.Check, []strategy.CheckResult) {
+	if n.leases == nil {
+		return nil
+	}
+	return func(checks []strategy.Check, res []strategy.CheckResult) { in.resolveGrants(n, checks, res) }
+}
+
+// beforeSync returns what n's syncer runs before each push: leases give
+// back what they will not use.
+func (in *Instance) beforeSync(n *ns) func(final bool) {
+	if n.leases == nil {
+		return nil
+	}
+	return func(final bool) { in.sweepLeases(n, final) }
 }
 
 // swap publishes n (or removes name when n is nil). Callers hold in.mu.
@@ -503,6 +534,7 @@ func (in *Instance) swap(name string, n *ns) {
 	}
 	for _, v := range t.byName {
 		t.list = append(t.list, v)
+		t.leased = t.leased || v.leases != nil
 	}
 	in.nss.Store(t)
 }
@@ -511,6 +543,7 @@ func (in *Instance) swap(name string, n *ns) {
 type table struct {
 	byName map[string]*ns
 	list   []*ns
+	leased bool // a namespace of list is leased
 }
 
 // scanLimit is the namespace count up to which lookup scans a slice.
@@ -661,7 +694,7 @@ func (in *Instance) Stats() []NamespaceStats {
 		if n == nil {
 			continue
 		}
-		st := NamespaceStats{Config: n.cfg, Dict: DictStats(n.dict.Stats())}
+		st := NamespaceStats{Config: n.cfg, Dict: DictStats(n.dict.Stats()), Leases: n.leases.snapshot()}
 		if n.syncer != nil {
 			st.Sync = SyncStats(n.syncer.Stats())
 		}

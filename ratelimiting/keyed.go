@@ -55,13 +55,14 @@ func addKeyed(n *ns, keyed []kgroup, i int, l Limit, now int64) ([]kgroup, int, 
 
 // keyedAllowed returns why n cannot hold anchored windows or logs, nil
 // when it can: they are decided as a whole, so not in a namespace that
-// syncs periodically, and a synchronous one needs a store that decides
-// them.
+// syncs periodically unless it is leased (anchored windows are leased,
+// logs decided in the store), and a namespace that syncs needs a store
+// that decides them.
 func (n *ns) keyedAllowed(a Algorithm) error {
 	if n.syncer == nil {
 		return nil
 	}
-	if n.cfg.SyncRate > 0 {
+	if n.cfg.SyncRate > 0 && n.leases == nil {
 		instead := "sliding_window with precision"
 		if a == AnchoredWindow {
 			instead = "fixed_window"

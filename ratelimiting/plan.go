@@ -78,6 +78,11 @@ type plan struct {
 	keyed   []kgroup
 	idx     []ref   // per limit: the part it reads
 	retry   []int64 // per limit of a sliding log: when the request fits it (Unix ms), 0 when it does now
+	// A leased namespace's request (lease.go): the grant it was taken from
+	// and what that holds after it, or the refusal that stands.
+	grant  *grant
+	left   float64
+	denial *denial
 }
 
 func (p *plan) parts() int { return len(p.groups) + len(p.buckets) + len(p.keyed) }

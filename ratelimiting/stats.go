@@ -10,7 +10,8 @@ import (
 type NamespaceStats struct {
 	Config namespace.Config
 	Dict   DictStats
-	Sync   SyncStats // zero for a local-only namespace
+	Sync   SyncStats  // zero for a local-only namespace
+	Leases LeaseStats // zero unless the namespace is leased
 }
 
 // DictStats is a snapshot of the dict a namespace counts in.

@@ -463,3 +463,39 @@ func (t *Buckets) removeAll() {
 		return true
 	})
 }
+
+// Give gives back cost that key's bucket will not use (quota a node held
+// and returns): the level falls by cost, never below empty when read, and
+// in a table that syncs cost is pushed back as a negative pending cost at
+// now. A bucket the table no longer holds is empty and stays so; the
+// pending cost is recorded all the same.
+func (t *Buckets) Give(key string, cost, rate float64, now int64) {
+	sub := float64(cost * float64(t.window))
+	for {
+		b, ok := t.m.Load(key)
+		if !ok {
+			break
+		}
+		x := load(b)
+		if x == dead {
+			runtime.Gosched() // being replaced or removed: look again
+			continue
+		}
+		nx := math.Float64bits(max(math.Float64frombits(x)-sub, t.floor(now, b.rate)))
+		if t.local.Load() {
+			if b.x.CompareAndSwap(x, nx) {
+				return
+			}
+			continue
+		}
+		if !b.x.CompareAndSwap(x, busy) {
+			continue
+		}
+		t.addPending(key, -cost, rate, now)
+		b.x.Store(nx)
+		return
+	}
+	if !t.local.Load() {
+		t.addPending(key, -cost, rate, now)
+	}
+}

@@ -35,3 +35,6 @@ func TestGoldenLocal(t *testing.T) { refmodel.RunGolden(t, nil) }
 func TestGoldenMemory(t *testing.T) {
 	refmodel.RunGoldenSuite(t, func(*testing.T) refmodel.Store { return memory.New() })
 }
+
+// TestLeasedMemory runs the leased traces on the memory store.
+func TestLeasedMemory(t *testing.T) { refmodel.RunLeased(t, memory.New(), 1) }

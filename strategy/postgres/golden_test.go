@@ -18,3 +18,11 @@ func TestGolden(t *testing.T) {
 		return store
 	})
 }
+
+// TestLeased runs random traces of every leasable algorithm through
+// several nodes of a leased namespace on the store: what they admit
+// between them must be what one exact limiter could admit.
+func TestLeased(t *testing.T) {
+	store, _ := newStore(t, postgres.Config{})
+	refmodel.RunLeased(t, store, 2)
+}

@@ -1,0 +1,206 @@
+package ratelimiting_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratesync/ratesync/internal/strategytest"
+	"github.com/ratesync/ratesync/namespace"
+	"github.com/ratesync/ratesync/ratelimiting"
+	"github.com/ratesync/ratesync/strategy"
+	"github.com/ratesync/ratesync/strategy/memory"
+)
+
+// leasedNode is one node of a leased namespace "ls" on store, on clock ms.
+func leasedNode(t *testing.T, store strategy.Strategy, ms *atomic.Int64, id string) *ratelimiting.Instance {
+	t.Helper()
+	in := ratelimiting.NewInstance(t.Name()+id, ratelimiting.WithNodeID(id),
+		ratelimiting.WithClock(func() time.Time { return time.UnixMilli(ms.Load()) }),
+		ratelimiting.WithLogger(slog.New(slog.DiscardHandler)), ratelimiting.WithSyncTimeout(10*time.Second, 2*time.Second))
+	if err := in.New(namespace.Config{Name: "ls", SyncRate: time.Hour, Strategy: store, Leases: true, Clock: namespace.NodeClock,
+		WindowSizes: []time.Duration{time.Second, time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = in.Close(context.Background()) })
+	return in
+}
+
+func leaseStats(in *ratelimiting.Instance) ratelimiting.LeaseStats {
+	for _, st := range in.Stats() {
+		if st.Config.Name == "ls" {
+			return st.Leases
+		}
+	}
+	return ratelimiting.LeaseStats{}
+}
+
+// A hot key is decided from what the store granted: few store calls, the
+// limit held exactly between two nodes, and what a node did not use given
+// back when it closes.
+func TestLeasesDecideOnTheNode(t *testing.T) {
+	store := memory.New()
+	var ms atomic.Int64
+	ms.Store(1_900_000_000_000) // a window start of 1s and 1m
+	a, b := leasedNode(t, store, &ms, "a"), leasedNode(t, store, &ms, "b")
+	limit := ratelimiting.Limit{Limit: 1000, Window: time.Minute, Algorithm: ratelimiting.FixedWindow}
+	ctx := context.Background()
+	admitted := 0
+	for i := range 3000 {
+		in := a
+		if i%4 == 3 {
+			in = b
+		}
+		st, err := in.AllowOne(ctx, "ls", "hot", 1, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Allowed {
+			admitted++
+			if st.Remaining < 0 || st.Remaining > limit.Limit || st.Reset <= 0 {
+				t.Fatalf("decision %d: state %+v", i, st)
+			}
+		} else if st.RetryAfter <= 0 {
+			t.Fatalf("decision %d: refused without a RetryAfter: %+v", i, st)
+		}
+	}
+	sa, sb := leaseStats(a), leaseStats(b)
+	if admitted != 1000 {
+		t.Fatalf("two nodes admitted %d of a fixed window of 1000, want exactly 1000 (a %+v, b %+v)", admitted, sa, sb)
+	}
+	if calls := sa.StoreCalls + sb.StoreCalls; calls > 60 {
+		t.Errorf("%d store calls for 3000 decisions (a %+v, b %+v)", calls, sa, sb)
+	}
+	t.Logf("a %+v; b %+v", sa, sb)
+
+	// A key used a little: the node holds more than it uses, and gives it
+	// back when it closes.
+	for range 3 {
+		if st, err := a.AllowOne(ctx, "ls", "cold", 1, limit); err != nil || !st.Allowed {
+			t.Fatalf("cold key: %+v, %v", st, err)
+		}
+	}
+	start := time.UnixMilli(ms.Load()).Truncate(time.Minute)
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := store.GetWindow(ctx, "ls", "cold", start, time.Minute); err != nil || got != 3 {
+		t.Fatalf("the store counts %v for a key that admitted 3 (err %v): what the node held and did not use must go back", got, err)
+	}
+}
+
+// Concurrent callers on several nodes never admit more than the limit.
+func TestLeasesConcurrentCallers(t *testing.T) {
+	store := memory.New()
+	var ms atomic.Int64
+	ms.Store(1_900_000_000_000)
+	nodes := []*ratelimiting.Instance{leasedNode(t, store, &ms, "a"), leasedNode(t, store, &ms, "b"), leasedNode(t, store, &ms, "c")}
+	limits := []ratelimiting.Limit{
+		{Limit: 500, Window: time.Minute, Algorithm: ratelimiting.FixedWindow},
+		{Limit: 300, Window: time.Second, Algorithm: ratelimiting.TokenBucket, Burst: 300},
+	}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 12 {
+		wg.Go(func() {
+			in := nodes[g%len(nodes)]
+			for range 200 {
+				d, err := in.Allow(context.Background(), "ls", "k", 1, limits...)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load(); got != 300 {
+		t.Fatalf("admitted %d at one instant with a bucket of 300 (and a window of 500), want 300", got)
+	}
+}
+
+// With the store down, the node spends what it holds, then decides on
+// its own view; the store's count is right once it is back.
+func TestLeasesStoreDown(t *testing.T) {
+	store := strategytest.NewFaulty(memory.New())
+	var ms atomic.Int64
+	ms.Store(1_900_000_000_000)
+	a := leasedNode(t, store, &ms, "a")
+	limit := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.FixedWindow}
+	ctx := context.Background()
+	for range 10 {
+		if st, err := a.AllowOne(ctx, "ls", "k", 1, limit); err != nil || !st.Allowed {
+			t.Fatalf("%+v, %v", st, err)
+		}
+	}
+	store.SetDown(true)
+	admitted := 0
+	for range 200 {
+		st, err := a.AllowOne(ctx, "ls", "k", 1, limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 90 {
+		t.Fatalf("admitted %d more with the store down, want 90 (the rest of the limit, decided on the node)", admitted)
+	}
+	if s := leaseStats(a); s.Fallbacks == 0 {
+		t.Fatalf("no decision counted as the store-down behaviour's: %+v", s)
+	}
+	store.SetDown(false)
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := time.UnixMilli(ms.Load()).Truncate(time.Minute)
+	if got, _ := store.GetWindow(ctx, "ls", "k", start, time.Minute); got != 100 {
+		t.Fatalf("the store counts %v, want 100: every admission counted once", got)
+	}
+}
+
+// Bad input is refused in a leased namespace as anywhere, before any
+// lease; sliding logs are decided in the store.
+func TestLeasesInput(t *testing.T) {
+	store := memory.New()
+	var ms atomic.Int64
+	ms.Store(1_900_000_000_000)
+	a, b := leasedNode(t, store, &ms, "a"), leasedNode(t, store, &ms, "b")
+	ctx := context.Background()
+	limit := ratelimiting.Limit{Limit: 10, Window: time.Second}
+	if _, err := a.AllowOne(ctx, "ls", "k", 1, limit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.AllowOne(ctx, "ls", "k", 11, limit); !errors.Is(err, ratelimiting.ErrInvalidInput) {
+		t.Fatalf("cost above the limit: err %v, want ErrInvalidInput", err)
+	}
+	if _, err := a.AllowOne(ctx, "ls", "k", 1, ratelimiting.Limit{Limit: 10, Window: 3 * time.Second}); !errors.Is(err, ratelimiting.ErrInvalidInput) {
+		t.Fatalf("a window the namespace does not keep: err %v, want ErrInvalidInput", err)
+	}
+	log := ratelimiting.Limit{Limit: 5, Window: time.Second, Algorithm: ratelimiting.SlidingLog}
+	admitted := 0
+	for i := range 20 {
+		in := a
+		if i%2 == 1 {
+			in = b
+		}
+		st, err := in.AllowOne(ctx, "ls", "log", 1, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Fatalf("a log of 5 admitted %d across two nodes, want 5", admitted)
+	}
+}
