@@ -64,6 +64,11 @@ type Config struct {
 	// diffs. Sliding logs are decided in the store. Exclusive with
 	// NearLimit.
 	Leases bool
+	// StoreDown is what a leased or synchronous namespace decides with
+	// when a request needs the store and the store does not answer within
+	// Timeout (a leased node first spends the quota it holds): the zero
+	// value is StoreDownShare.
+	StoreDown StoreDown
 	// DictCapacity bounds the counters of Dict (0: the dict's current bound,
 	// shm.DefaultCapacity for a new dict). Higher holds more keys exactly;
 	// lower bounds memory (about 100 bytes a counter).
@@ -104,6 +109,37 @@ func (c Clock) String() string {
 		return "node"
 	}
 	return fmt.Sprintf("Clock(%d)", uint8(c))
+}
+
+// StoreDown is a namespace's behaviour while its store does not answer
+// (Config.StoreDown).
+type StoreDown uint8
+
+const (
+	// StoreDownShare decides on the node against each limit divided by
+	// the number of nodes seen using the store recently (the namespace's
+	// own nodes, counted through the store while it answered): N nodes
+	// cut off together admit at most the limit between them.
+	StoreDownShare StoreDown = iota
+	// StoreDownLocal decides on the node against the whole limit: each
+	// node may admit it (the limit times the nodes, at most).
+	StoreDownLocal
+	// StoreDownDeny refuses every request that needs the store.
+	StoreDownDeny
+)
+
+// String returns the behaviour's name as configuration files spell it:
+// "share", "local" or "deny".
+func (s StoreDown) String() string {
+	switch s {
+	case StoreDownShare:
+		return "share"
+	case StoreDownLocal:
+		return "local"
+	case StoreDownDeny:
+		return "deny"
+	}
+	return fmt.Sprintf("StoreDown(%d)", uint8(s))
 }
 
 // FieldError is a Config that Validate rejects: it names the field, the
@@ -166,6 +202,9 @@ func (c Config) Validate() error {
 		case s > MaxWindowSize:
 			bad(fmt.Sprintf("WindowSizes[%d]", i), fmt.Sprintf("window_sizes[%d]", i), s.String(), "must be at most 876000h (100 years)")
 		}
+	}
+	if c.StoreDown > StoreDownDeny {
+		bad("StoreDown", "store_down", c.StoreDown.String(), "must be StoreDownShare (share, the default), StoreDownLocal (local) or StoreDownDeny (deny)")
 	}
 	if c.Clock > NodeClock {
 		bad("Clock", "clock", c.Clock.String(), "must be StoreClock (store, the default) or NodeClock (node)")

@@ -12,6 +12,10 @@ type NamespaceStats struct {
 	Dict   DictStats
 	Sync   SyncStats  // zero for a local-only namespace
 	Leases LeaseStats // zero unless the namespace is leased
+	// Nodes is how many nodes (this one included) the namespace saw using
+	// its store recently: what StoreDownShare divides each limit by while
+	// the store does not answer. 0 for a local-only namespace.
+	Nodes int
 }
 
 // DictStats is a snapshot of the dict a namespace counts in.
