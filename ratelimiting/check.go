@@ -49,13 +49,19 @@ func (in *Instance) Check(ctx context.Context, req Request) (Decision, error) {
 // returns that limit's state, whose Allowed is the decision. It allocates
 // nothing on an existing key: the hot path of a single limit.
 func (in *Instance) AllowOne(ctx context.Context, ns, key string, cost float64, limit Limit) (st LimitState, err error) {
+	limits := [1]Limit{limit}
+	var out [1]LimitState
+	if in.nss.Load().leased {
+		p := plan{cost: cost, limits: limits[:]}
+		if in.leaseFast(ns, key, &p, out[:]) {
+			return out[0], nil
+		}
+	}
 	if limit.Algorithm.bucket() {
 		if ok, err := in.allowBucket(&st, ns, key, cost, &limit); ok || err != nil {
 			return st, err
 		}
 	}
-	limits := [1]Limit{limit}
-	var out [1]LimitState
 	if _, _, err := in.check(ctx, ns, key, plan{cost: cost, limits: limits[:]}, out[:]); err != nil {
 		return LimitState{}, err
 	}
