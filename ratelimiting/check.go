@@ -139,6 +139,9 @@ func (in *Instance) finish(ctx context.Context, p *plan, n *ns, key string, out 
 	case p.denial != nil:
 		return false, p.denial.refuse(p.now, out), nil
 	}
+	if retry, ok := p.storeDownStates(out); ok {
+		return allowed, retry, nil
+	}
 	return allowed, p.decide(key, allowed, out), nil
 }
 
@@ -146,6 +149,8 @@ func (in *Instance) finish(ctx context.Context, p *plan, n *ns, key string, out 
 // reports whether the request passed.
 func (in *Instance) execute(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
 	switch {
+	case p.local:
+		return in.checkLocal(p, key), nil
 	case n.syncer != nil && n.cfg.SyncRate == 0:
 		return in.checkSynchronous(ctx, p, n, key)
 	case n.leases != nil && p.leasable():
@@ -158,7 +163,7 @@ func (in *Instance) execute(ctx context.Context, p *plan, n *ns, key string) (bo
 			return allowed, err
 		}
 		n.leases.stats.fallbacks.Add(1)
-		return in.checkLocal(p, key), nil
+		return in.storeDown(ctx, p, n, key)
 	case n.cfg.NearLimit && !p.penalty && p.cost > 0 && n.syncer != nil:
 		return in.checkNearLimit(ctx, p, n, key)
 	case p.penalty:

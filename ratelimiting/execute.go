@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratesync/ratesync/internal/arith"
+	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/shm"
 	"github.com/ratesync/ratesync/strategy"
 	"github.com/ratesync/ratesync/syncer"
@@ -287,6 +288,11 @@ func denied(p *plan) bool {
 // not seen, so the store decides on all of them.
 func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string) (allowed, ok bool, err error) {
 	allowed, ok, err = in.askStore(ctx, p, n, key)
+	if errors.Is(err, syncer.ErrInDoubt) && n.cfg.StoreDown == namespace.StoreDownDeny {
+		// Refused: the store counts it once if it did (errs toward less).
+		p.refused = max(time.Millisecond, n.syncer.RetryIn())
+		return false, true, nil
+	}
 	if errors.Is(err, syncer.ErrInDoubt) {
 		// The store may have counted the request: judge it on this node's
 		// view, and keep it there, not to be pushed (the syncer has the
@@ -441,7 +447,7 @@ func (in *Instance) checkSynchronous(ctx context.Context, p *plan, n *ns, key st
 		if err != nil || ok {
 			return allowed, err
 		}
-		return in.checkLocal(p, key), nil
+		return in.storeDown(ctx, p, n, key)
 	}
 	hit := counter{ctx: ctx, syncer: n.syncer}
 	if p.penalty {

@@ -499,7 +499,15 @@ func (in *Instance) syncConfig(n *ns) syncer.Config {
 		Observe:    in.observe,
 		BeforeSync: in.beforeSync(n),
 		Resolved:   in.resolved(n),
+		CountNodes: n.countsNodes(),
 	}
+}
+
+// countsNodes reports whether n's store-down behaviour shares its limits
+// among the nodes (namespace.StoreDownShare in a leased or synchronous
+// namespace): its syncer then counts them.
+func (n *ns) countsNodes() bool {
+	return n.cfg.StoreDown == namespace.StoreDownShare && (n.cfg.Leases || n.cfg.SyncRate == 0) && !n.cfg.Local()
 }
 
 // resolved returns what n's syncer runs when the store answers a check
@@ -695,6 +703,9 @@ func (in *Instance) Stats() []NamespaceStats {
 			continue
 		}
 		st := NamespaceStats{Config: n.cfg, Dict: DictStats(n.dict.Stats()), Leases: n.leases.snapshot()}
+		if n.syncer != nil && n.countsNodes() {
+			st.Nodes = n.syncer.Nodes()
+		}
 		if n.syncer != nil {
 			st.Sync = SyncStats(n.syncer.Stats())
 		}

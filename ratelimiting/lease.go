@@ -322,7 +322,7 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 		}
 		if !ok {
 			t.stats.fallbacks.Add(1)
-			return in.checkLocal(p, key), nil
+			return in.storeDown(ctx, p, n, key)
 		}
 		if allowed {
 			in.granted(n, ls, old, p, key, want, now)

@@ -204,3 +204,86 @@ func TestLeasesInput(t *testing.T) {
 		t.Fatalf("a log of 5 admitted %d across two nodes, want 5", admitted)
 	}
 }
+
+// With the store down, what the nodes admit between them follows the
+// namespace's store-down behaviour: share divides each limit among the
+// nodes seen using the store, local gives each node the whole limit, deny
+// refuses; in leased and in synchronous namespaces alike.
+func TestStoreDownBehaviours(t *testing.T) {
+	for _, c := range []struct {
+		down namespace.StoreDown
+		rate time.Duration
+		want int
+	}{
+		{namespace.StoreDownShare, time.Hour, 100},
+		{namespace.StoreDownLocal, time.Hour, 400},
+		{namespace.StoreDownDeny, time.Hour, 0},
+		{namespace.StoreDownShare, namespace.Synchronous, 100},
+		{namespace.StoreDownDeny, namespace.Synchronous, 0},
+	} {
+		mode := "leased"
+		if c.rate == namespace.Synchronous {
+			mode = "synchronous"
+		}
+		t.Run(mode+"/"+c.down.String(), func(t *testing.T) {
+			store := strategytest.NewFaulty(memory.New())
+			var ms atomic.Int64
+			ms.Store(1_900_000_000_000)
+			cfg := namespace.Config{Name: "ls", SyncRate: c.rate, Strategy: store, Leases: c.rate > 0, StoreDown: c.down,
+				Clock: namespace.NodeClock, WindowSizes: []time.Duration{time.Minute}}
+			ctx := context.Background()
+			var nodes []*ratelimiting.Instance
+			for _, id := range []string{"a", "b", "c", "d"} {
+				in := ratelimiting.NewInstance(t.Name()+id, ratelimiting.WithNodeID(id),
+					ratelimiting.WithClock(func() time.Time { return time.UnixMilli(ms.Load()) }),
+					ratelimiting.WithLogger(slog.New(slog.DiscardHandler)), ratelimiting.WithSyncTimeout(10*time.Second, 400*time.Millisecond))
+				if err := in.New(cfg); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = in.Close(ctx) })
+				nodes = append(nodes, in)
+			}
+			limit := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.FixedWindow}
+			// Every node decides once and syncs while the store answers: the
+			// nodes count each other.
+			for round := range 2 {
+				for _, in := range nodes {
+					if _, err := in.AllowOne(ctx, "ls", "warm", 1, limit); err != nil {
+						t.Fatal(err)
+					}
+					if err := in.Sync(ctx, "ls"); err != nil {
+						t.Fatalf("round %d: %v", round, err)
+					}
+				}
+				ms.Add(6000)
+			}
+			if c.down == namespace.StoreDownShare {
+				for _, in := range nodes {
+					for _, st := range in.Stats() {
+						if st.Nodes != 4 {
+							t.Fatalf("a node counts %d nodes using the store, want 4", st.Nodes)
+						}
+					}
+				}
+			}
+			store.SetDown(true)
+			admitted := 0
+			for range 200 {
+				for _, in := range nodes {
+					st, err := in.AllowOne(ctx, "ls", "k", 1, limit)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st.Allowed {
+						admitted++
+					} else if st.RetryAfter <= 0 {
+						t.Fatalf("refused without a RetryAfter: %+v", st)
+					}
+				}
+			}
+			if admitted != c.want {
+				t.Fatalf("4 nodes cut off from the store admitted %d of a limit of 100, want %d", admitted, c.want)
+			}
+		})
+	}
+}

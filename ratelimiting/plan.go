@@ -83,6 +83,14 @@ type plan struct {
 	grant  *grant
 	left   float64
 	denial *denial
+	// local makes the executor decide on this node's view whatever the
+	// namespace's mode (the store-down behaviour's own decision).
+	local bool
+	// What the store-down behaviour decided (storedown.go): the states of
+	// the request against the shares of its limits, or a refusal.
+	shared      []LimitState
+	sharedRetry time.Duration
+	refused     time.Duration
 }
 
 func (p *plan) parts() int { return len(p.groups) + len(p.buckets) + len(p.keyed) }

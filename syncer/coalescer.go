@@ -161,6 +161,9 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 	defer purge.Stop()
 	detached := context.WithoutCancel(ctx) // the turns' store calls: see turn
 	s.measureIfDue(ctx)                    // offset.go: the namespace clock before the first hits
+	if s.conf.Load().CountNodes {
+		go s.membersIfDue(ctx) // members.go: two store calls the hits need not wait for
+	}
 	for {
 		select {
 		case <-stop:
@@ -177,6 +180,9 @@ func (s *Syncer) synchronous(ctx context.Context, stop <-chan struct{}, done cha
 		}
 		s.serve(ctx, detached)
 		s.measureIfDue(ctx) // offset.go
+		if s.conf.Load().CountNodes && s.membersDue() {
+			go s.membersIfDue(ctx) // members.go: two store calls the hits need not wait for
+		}
 		if s.isDown() {
 			retry.Reset(max(s.retryIn(), time.Millisecond))
 		}

@@ -126,3 +126,12 @@ func (s *Syncer) fellShort(start time.Time) bool {
 func storeFailed(ctx context.Context, err error) bool {
 	return err != nil && !(errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled))
 }
+
+// RetryIn returns, while the store is down, the wait until its next probe
+// is due (0 when it is, or when the store is up).
+func (s *Syncer) RetryIn() time.Duration {
+	if !s.isDown() {
+		return 0
+	}
+	return s.retryIn()
+}

@@ -77,6 +77,9 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	if c.BeforeSync != nil {
 		c.BeforeSync(false)
 	}
+	if c.CountNodes {
+		s.membersIfDue(ctx)
+	}
 	pushed, late, err := s.pushLocked(ctx)
 	fetched := 0
 	if err == nil {

@@ -140,6 +140,9 @@ func (s *Syncer) purge(ctx context.Context) {
 		sizes = append(sizes, time.Duration(sr.Size())*time.Millisecond)
 	}
 	purge()
+	if c.CountNodes && err == nil {
+		err = c.Strategy.Purge(pctx, c.Namespace+"|nodes", []time.Duration{membersWindow}, time.UnixMilli(now))
+	}
 	if err != nil && !errors.Is(err, context.Canceled) {
 		c.Logger.Warn("ratesync: purge failed", "namespace", c.Namespace, "err", err)
 	}

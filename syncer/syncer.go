@@ -64,6 +64,9 @@ type Config struct {
 	// answered, under the lane's lock: what it adds to the series and
 	// bucket tables goes with the next push. It must not call the syncer.
 	Resolved func(checks []strategy.Check, res []strategy.CheckResult)
+	// CountNodes counts the nodes that use the store (Nodes), through the
+	// store, every few seconds while it answers (members.go).
+	CountNodes bool
 }
 
 // conf is a configuration as applied: immutable, swapped whole under
@@ -110,12 +113,13 @@ type Syncer struct {
 	confMu sync.Mutex // serializes changes of conf; see the lock order
 	clock  clock
 
-	lane   lane   // lane.go
-	health health // health.go
-	loop   loop   // periodic.go
-	queue  queue  // coalescer.go
-	stats  stats  // stats.go
-	offset offset // offset.go
+	lane    lane    // lane.go
+	health  health  // health.go
+	loop    loop    // periodic.go
+	queue   queue   // coalescer.go
+	stats   stats   // stats.go
+	offset  offset  // offset.go
+	members members // members.go
 
 	lastFetch atomic.Int64 // namespace clock, ms: when the last fetch succeeded
 }

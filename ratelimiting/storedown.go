@@ -1,0 +1,73 @@
+package ratelimiting
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ratesync/ratesync/namespace"
+)
+
+// storeDown decides a request that needs the store when the store does not
+// answer (a synchronous namespace's request, a leased namespace's grant),
+// by the namespace's store-down behaviour (namespace.Config.StoreDown):
+//
+//   - share: on this node's view against each limit divided by the nodes
+//     seen using the store recently (the syncer counts them through the
+//     store while it answers): nodes cut off together admit at most the
+//     limit between them, as their counts reach the store once it is back;
+//   - local: on this node's view against the whole limit;
+//   - deny: refused, with RetryAfter until the store's next probe.
+func (in *Instance) storeDown(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
+	switch n.cfg.StoreDown {
+	case namespace.StoreDownLocal:
+		return in.checkLocal(p, key), nil
+	case namespace.StoreDownDeny:
+		p.refused = max(time.Millisecond, n.syncer.RetryIn())
+		return false, nil
+	}
+	nodes := n.syncer.Nodes()
+	if nodes <= 1 {
+		return in.checkLocal(p, key), nil
+	}
+	shared := make([]Limit, len(p.limits))
+	for i, l := range p.limits {
+		l.Limit /= float64(nodes)
+		l.Burst /= float64(nodes)
+		shared[i] = l
+	}
+	out := make([]LimitState, len(p.limits))
+	allowed, retry, err := in.check(ctx, n.cfg.Name, key, plan{cost: p.cost, penalty: p.penalty, limits: shared, local: true}, out)
+	var bad *InputError
+	if errors.As(err, &bad) {
+		// The request is larger than a share of a limit: it cannot pass
+		// on this node until the store is back.
+		p.refused = max(time.Millisecond, n.syncer.RetryIn())
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	p.shared, p.sharedRetry = out, retry
+	return allowed, nil
+}
+
+// storeDownStates writes the states of a request the store-down behaviour
+// decided into out and returns the Decision's RetryAfter; ok is false
+// when the plan was decided otherwise.
+func (p *plan) storeDownStates(out []LimitState) (retry time.Duration, ok bool) {
+	switch {
+	case p.shared != nil:
+		for i := range out {
+			out[i] = p.shared[i]
+			out[i].Limit = p.limits[i] // the caller's limit; the figures are the share's
+		}
+		return p.sharedRetry, true
+	case p.refused > 0:
+		for i := range out {
+			out[i] = LimitState{Limit: p.limits[i], RetryAfter: p.refused}
+		}
+		return p.refused, true
+	}
+	return 0, false
+}
