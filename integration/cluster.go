@@ -27,6 +27,8 @@ type ClusterConfig struct {
 	Skew        []time.Duration       // per node: its clock runs this far ahead (may be shorter than Nodes)
 	Clock       namespace.Clock       // namespace.Config.Clock on every node: store (default) or node
 	NearLimit   bool                  // namespace.Config.NearLimit on every node
+	Leases      bool                  // namespace.Config.Leases on every node
+	StoreDown   namespace.StoreDown   // namespace.Config.StoreDown on every node
 	Logger      *slog.Logger          // discard when nil
 	Options     []ratelimiting.Option // extra options for every node
 }
@@ -71,6 +73,8 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 			Strategy:    cfg.Strategy,
 			WindowSizes: cfg.WindowSizes,
 			NearLimit:   cfg.NearLimit,
+			Leases:      cfg.Leases,
+			StoreDown:   cfg.StoreDown,
 			Clock:       cfg.Clock,
 		})
 		if err != nil {

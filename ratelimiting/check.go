@@ -151,6 +151,12 @@ func (in *Instance) execute(ctx context.Context, p *plan, n *ns, key string) (bo
 	switch {
 	case p.local:
 		return in.checkLocal(p, key), nil
+	case p.inStore && p.cost > 0 && !p.penalty && n.syncer != nil:
+		allowed, ok, err := in.checkInStore(ctx, p, n, key)
+		if err != nil || ok {
+			return allowed, err
+		}
+		return in.checkLocal(p, key), nil
 	case n.syncer != nil && n.cfg.SyncRate == 0:
 		return in.checkSynchronous(ctx, p, n, key)
 	case n.leases != nil && p.leasable():

@@ -305,6 +305,14 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 		}
 		ls.denied = nil
 	}
+	if n.syncer.Recovering() {
+		// Other nodes may still decide on their own, or not yet have pushed
+		// what they did: the store's counts can miss up to their shares
+		// for one more sync. Until then this node's requests go to the
+		// store against the shares too (recovering).
+		t.stats.fallbacks.Add(1)
+		return in.recovering(ctx, p, n, key)
+	}
 	want := ls.size(t, old, p, key, now)
 	for try := 0; try < 2; try++ {
 		t.stats.storeCalls.Add(1)

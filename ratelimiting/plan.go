@@ -86,6 +86,9 @@ type plan struct {
 	// local makes the executor decide on this node's view whatever the
 	// namespace's mode (the store-down behaviour's own decision).
 	local bool
+	// inStore makes the executor decide in the store (checkInStore), and
+	// on this node's view when the store cannot answer.
+	inStore bool
 	// What the store-down behaviour decided (storedown.go): the states of
 	// the request against the shares of its limits, or a refusal.
 	shared      []LimitState

@@ -52,6 +52,36 @@ func (in *Instance) storeDown(ctx context.Context, p *plan, n *ns, key string) (
 	return allowed, nil
 }
 
+// recovering decides a request of a leased namespace whose store came
+// back less than a sync ago (syncer.Recovering): in the store, counted at
+// once, against each limit divided by the nodes, as storeDown's share
+// (whatever the behaviour), and by storeDown when the store does not
+// answer. A node that has not yet seen the store back admits at most its
+// share on its own, unseen by the store until its next push; the nodes
+// that have seen it admit, seen by all, only while the count stays within
+// one share. So the limit holds while the nodes' views converge.
+func (in *Instance) recovering(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
+	nodes := float64(n.syncer.Nodes())
+	shared := make([]Limit, len(p.limits))
+	for i, l := range p.limits {
+		l.Limit /= nodes
+		l.Burst /= nodes
+		shared[i] = l
+	}
+	out := make([]LimitState, len(p.limits))
+	allowed, retry, err := in.check(ctx, n.cfg.Name, key, plan{cost: p.cost, limits: shared, inStore: true}, out)
+	var bad *InputError
+	if errors.As(err, &bad) {
+		p.refused = max(time.Millisecond, time.Duration(n.cfg.SyncRate))
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	p.shared, p.sharedRetry = out, retry
+	return allowed, nil
+}
+
 // storeDownStates writes the states of a request the store-down behaviour
 // decided into out and returns the Decision's RetryAfter; ok is false
 // when the plan was decided otherwise.

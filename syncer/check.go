@@ -317,6 +317,27 @@ func (s *Syncer) retrying(ctx context.Context, call func(context.Context) error)
 	}
 }
 
+// retryUntil is retrying for calls bounded by ctx that may be sent again
+// only until budget: each attempt has ctx's whole deadline (a long push),
+// and no attempt starts after budget.
+func (s *Syncer) retryUntil(ctx context.Context, budget time.Time, call func(context.Context) error) error {
+	pause := retryPause
+	for n := 1; ; n++ {
+		err := call(ctx)
+		if err == nil || n == maxAttempts || ctx.Err() != nil || !storeFailed(ctx, err) || time.Until(budget) <= pause {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, retryPauseMax)
+	}
+}
+
 // settleCheck keeps the store's totals of a decided check in this node's
 // view, plus what of them is still in flight.
 func (s *Syncer) settleCheck(r *checkReq, res strategy.CheckResult, now int64) {

@@ -26,6 +26,7 @@ type health struct {
 	next atomic.Int64 // Config.Clock, Unix ns: when the next probe is due
 
 	lastSync atomic.Int64 // ns: how long the last successful sync took (watch)
+	upAt     atomic.Int64 // Config.Clock, Unix ns: when the store was last marked up after being down
 
 	mu      sync.Mutex    // a leaf of the lock order; guards what follows
 	since   time.Time     // Config.Clock: when the store went down
@@ -83,6 +84,9 @@ func (s *Syncer) markUp(pending int) {
 	since := h.since
 	h.backoff = 0
 	h.next.Store(0)
+	if was {
+		h.upAt.Store(now.UnixNano())
+	}
 	h.mu.Unlock()
 	if was {
 		c := s.conf.Load()
@@ -134,4 +138,17 @@ func (s *Syncer) RetryIn() time.Duration {
 		return 0
 	}
 	return s.retryIn()
+}
+
+// Recovering reports whether the store came back up (after being marked
+// down) less than one sync interval and one call timeout ago: the other
+// nodes may not have seen it yet, nor pushed what they decided on their
+// own meanwhile, so the store's counts may still miss it.
+func (s *Syncer) Recovering() bool {
+	at := s.health.upAt.Load()
+	if at == 0 {
+		return false
+	}
+	c := s.conf.Load()
+	return s.clock.now().UnixNano()-at < int64(max(c.Rate, 0)+c.HitTimeout)
 }

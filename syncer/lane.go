@@ -80,10 +80,27 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	if c.CountNodes {
 		s.membersIfDue(ctx)
 	}
-	pushed, late, err := s.pushLocked(ctx)
+	// A failed push or fetch is sent again (the same batches, the same
+	// (Node, Seq)) while the call timeout lasts: a lost reply costs a
+	// round trip, not the store's up state. A probe of a store marked down
+	// is tried once.
+	pushed, late := 0, 0
+	budget := time.Now().Add(c.HitTimeout)
+	if s.isDown() {
+		budget = time.Time{}
+	}
+	err := s.retryUntil(ctx, budget, func(ctx context.Context) error {
+		p, l, err := s.pushLocked(ctx)
+		pushed, late = pushed+p, late+l
+		return err
+	})
 	fetched := 0
 	if err == nil {
-		fetched, err = s.fetchLocked(ctx)
+		err = s.retryUntil(ctx, budget, func(ctx context.Context) error {
+			var err error
+			fetched, err = s.fetchLocked(ctx)
+			return err
+		})
 	}
 	if err == nil && s.lane.calls == calls {
 		// Nothing to push and no key to fetch: ask the store anyway, so that

@@ -153,10 +153,11 @@ func TestInflightAmountsEndWithTheirBatch(t *testing.T) {
 			for i := range 5000 {
 				w.Add(key(i), 1, now) // counted on the node, pushed by Sync
 			}
-			store.FailPushes(1)
+			store.SetDown(true) // a failed push is sent again while the call timeout lasts
 			if err := s.Sync(ctx); err == nil {
 				t.Fatal("Sync with a failing push returned nil")
 			}
+			store.SetDown(false)
 			if st := s.Stats(); st.InFlightDiffs != 5000 {
 				t.Fatalf("after the failed push: %d diffs in flight, want 5000", st.InFlightDiffs)
 			}
@@ -183,5 +184,28 @@ func TestInflightAmountsEndWithTheirBatch(t *testing.T) {
 		if got := w.Value(key(i)); got != want {
 			t.Fatalf("%s: node view %v, store %v", key(i), got, want)
 		}
+	}
+}
+
+// A periodic sync whose push reply is lost sends the same batch again
+// within the call timeout: the store counts it once, and the store stays
+// up (a lossy link costs round trips, not decisions on the node).
+func TestPeriodicSyncRidesOutALostReply(t *testing.T) {
+	inner := memory.New()
+	store := strategytest.NewFaulty(inner)
+	s, sr := newSyncer(t, time.Hour, store, time.Second)
+	ctx := context.Background()
+	w := sr.Current(t0.UnixMilli())
+	w.Add("k", 3, t0.UnixMilli())
+	store.LoseReplies(1)
+	if err := s.Sync(ctx); err != nil {
+		t.Fatalf("Sync with one lost reply: %v", err)
+	}
+	if st := s.Stats(); !st.StoreUp || st.InFlight != 0 {
+		t.Fatalf("after a lost reply sent again: store up %v, %d batches in flight", st.StoreUp, st.InFlight)
+	}
+	got, err := inner.GetWindow(ctx, "ns", "k", time.UnixMilli(sr.StartOf(t0.UnixMilli())), time.Hour)
+	if err != nil || got != 3 {
+		t.Fatalf("the store counts %v (err %v), want 3: once", got, err)
 	}
 }
