@@ -242,7 +242,7 @@ func (s *Syncer) turn(ctx, detached context.Context, hits []*hitReq, checks []*c
 	if len(hits)+len(checks) == 0 {
 		if s.probeDue() || !s.isDown() && len(s.lane.inflight)+len(s.lane.doubts) > 0 {
 			rctx, cancel := context.WithTimeout(ctx, c.Timeout)
-			_ = s.syncLocked(rctx, "sync")
+			_ = s.syncLocked(rctx, "sync", false)
 			cancel()
 		}
 		return

@@ -64,7 +64,7 @@ type lane struct {
 func (s *Syncer) inflightOf(id counterID) float64 { return s.lane.amounts[id] }
 
 // syncLocked is one sync: push, fetch, expire. Callers hold lane.mu.
-func (s *Syncer) syncLocked(ctx context.Context, op string) error {
+func (s *Syncer) syncLocked(ctx context.Context, op string, retry bool) error {
 	t0 := s.clock.now()
 	c := s.conf.Load()
 	calls := s.lane.calls
@@ -80,13 +80,13 @@ func (s *Syncer) syncLocked(ctx context.Context, op string) error {
 	if c.CountNodes {
 		s.membersIfDue(ctx)
 	}
-	// A failed push or fetch is sent again (the same batches, the same
-	// (Node, Seq)) while the call timeout lasts: a lost reply costs a
-	// round trip, not the store's up state. A probe of a store marked down
-	// is tried once.
+	// In the background (retry), a failed push or fetch is sent again
+	// (the same batches, the same (Node, Seq)) while the call timeout
+	// lasts: a lost reply costs a round trip, not the store's up state. A
+	// probe of a store marked down, and a caller's Sync, try once.
 	pushed, late := 0, 0
 	budget := time.Now().Add(c.HitTimeout)
-	if s.isDown() {
+	if !retry || s.isDown() {
 		budget = time.Time{}
 	}
 	err := s.retryUntil(ctx, budget, func(ctx context.Context) error {

@@ -87,7 +87,7 @@ func (s *Syncer) periodic(ctx context.Context, stop <-chan struct{}, done chan<-
 		}
 		c := s.conf.Load()
 		sctx, cancel := context.WithTimeout(ctx, c.Timeout)
-		_ = s.syncLocked(sctx, "sync")
+		_ = s.syncLocked(sctx, "sync", true)
 		cancel()
 		s.lane.mu.unlock()
 		nextPurge = s.purgeIfDue(ctx, nextPurge)

@@ -215,7 +215,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		return ctx.Err()
 	}
 	defer s.lane.mu.unlock()
-	return s.syncLocked(ctx, "sync")
+	return s.syncLocked(ctx, "sync", false)
 }
 
 // Fetch reads the totals of the keys this node holds, without pushing.

@@ -187,25 +187,40 @@ func TestInflightAmountsEndWithTheirBatch(t *testing.T) {
 	}
 }
 
-// A periodic sync whose push reply is lost sends the same batch again
+// A background sync whose push reply is lost sends the same batch again
 // within the call timeout: the store counts it once, and the store stays
-// up (a lossy link costs round trips, not decisions on the node).
+// up (a lossy link costs round trips, not decisions on the node). A
+// caller's Sync tries once and reports the failure.
 func TestPeriodicSyncRidesOutALostReply(t *testing.T) {
 	inner := memory.New()
 	store := strategytest.NewFaulty(inner)
-	s, sr := newSyncer(t, time.Hour, store, time.Second)
+	s, sr := newSyncer(t, 20*time.Millisecond, store, time.Second)
 	ctx := context.Background()
 	w := sr.Current(t0.UnixMilli())
-	w.Add("k", 3, t0.UnixMilli())
+	start := time.UnixMilli(sr.StartOf(t0.UnixMilli()))
+	stored := func() float64 {
+		got, err := inner.GetWindow(ctx, "ns", "k", start, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
 	store.LoseReplies(1)
-	if err := s.Sync(ctx); err != nil {
-		t.Fatalf("Sync with one lost reply: %v", err)
+	w.Add("k", 3, t0.UnixMilli())
+	deadline := time.Now().Add(5 * time.Second)
+	for stored() != 3 || s.Stats().InFlight != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the store counts %v, %d batches in flight", stored(), s.Stats().InFlight)
+		}
+		if st := s.Stats(); !st.StoreUp {
+			t.Fatalf("a lost reply sent again marked the store down: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	if st := s.Stats(); !st.StoreUp || st.InFlight != 0 {
-		t.Fatalf("after a lost reply sent again: store up %v, %d batches in flight", st.StoreUp, st.InFlight)
+	if b := store.Batches(); len(b) < 2 || b[0].Seq != b[1].Seq {
+		t.Fatalf("batches %+v: want the lost one sent again with its seq", b)
 	}
-	got, err := inner.GetWindow(ctx, "ns", "k", time.UnixMilli(sr.StartOf(t0.UnixMilli())), time.Hour)
-	if err != nil || got != 3 {
-		t.Fatalf("the store counts %v (err %v), want 3: once", got, err)
+	if got := stored(); got != 3 {
+		t.Fatalf("the store counts %v, want 3: once", got)
 	}
 }
