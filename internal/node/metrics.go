@@ -127,7 +127,21 @@ var (
 	descOverflows     = prometheus.NewDesc("ratesync_dict_overflows_total", "Counters not created because the dict was full (the hit was answered as if the key had no history).", dictLabel, nil)
 	descExpired       = prometheus.NewDesc("ratesync_dict_expired_total", "Counters dropped with their expired window.", dictLabel, nil)
 	descClockOffset   = prometheus.NewDesc("ratesync_clock_offset_seconds", "The store's clock minus this node's, as last measured (namespaces whose store tells time, once measured; 0 for an in-process store).", nsLabel, nil)
-	allDescs          = []*prometheus.Desc{descPushes, descPushErrors, descFetchErrors, descInFlight, descInFlightDiffs, descPending, descLate, descLocalHits, descStoreUp, descLastGood, descEntries, descCapacity, descEvictions, descOverflows, descExpired, descClockOffset}
+	descStoreNodes    = prometheus.NewDesc("ratesync_store_nodes", "Nodes seen using the namespace's store recently, this one included: what store_down share divides each limit by (namespaces with a store only).", nsLabel, nil)
+
+	// Leased namespaces only.
+	descLeasesHeld    = prometheus.NewDesc("ratesync_leases_held", "Grants of quota this node holds.", nsLabel, nil)
+	descLeaseGrants   = prometheus.NewDesc("ratesync_lease_grants_total", "Grants of quota the store made to this node.", nsLabel, nil)
+	descLeaseGranted  = prometheus.NewDesc("ratesync_lease_granted_units_total", "Units the store granted this node.", nsLabel, nil)
+	descLeaseReturned = prometheus.NewDesc("ratesync_lease_returned_units_total", "Granted units this node did not use and gave back to the store.", nsLabel, nil)
+	descLeaseExpired  = prometheus.NewDesc("ratesync_lease_expired_units_total", "Granted units this node did not use that stayed counted in the store.", nsLabel, nil)
+	descLeaseCalls    = prometheus.NewDesc("ratesync_lease_store_calls_total", "Grant requests this node sent to the store.", nsLabel, nil)
+	descLeaseDenials  = prometheus.NewDesc("ratesync_lease_store_denials_total", "Grant requests the store refused.", nsLabel, nil)
+	descLeaseLocal    = prometheus.NewDesc("ratesync_lease_local_denials_total", "Requests refused on this node while the store's last refusal stood, without a store call.", nsLabel, nil)
+	descStoreDown     = prometheus.NewDesc("ratesync_store_down_decisions_total", "Requests of a leased namespace decided by its store_down behaviour because the store did not answer.", nsLabel, nil)
+
+	allDescs = []*prometheus.Desc{descPushes, descPushErrors, descFetchErrors, descInFlight, descInFlightDiffs, descPending, descLate, descLocalHits, descStoreUp, descLastGood, descEntries, descCapacity, descEvictions, descOverflows, descExpired, descClockOffset, descStoreNodes,
+		descLeasesHeld, descLeaseGrants, descLeaseGranted, descLeaseReturned, descLeaseExpired, descLeaseCalls, descLeaseDenials, descLeaseLocal, descStoreDown}
 )
 
 // Describe sends every descriptor.
@@ -173,5 +187,22 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 		if _, tells := st.Config.Strategy.(strategy.Clock); s.ClockMeasured || !tells {
 			ch <- prometheus.MustNewConstMetric(descClockOffset, prometheus.GaugeValue, s.ClockOffset.Seconds(), ns)
 		}
+		ch <- prometheus.MustNewConstMetric(descStoreNodes, prometheus.GaugeValue, float64(st.Nodes), ns)
+		if st.Config.Leases {
+			collectLeases(ch, ns, st.Leases)
+		}
 	}
+}
+
+// collectLeases sends the lease figures of the leased namespace ns.
+func collectLeases(ch chan<- prometheus.Metric, ns string, l ratelimiting.LeaseStats) {
+	ch <- prometheus.MustNewConstMetric(descLeasesHeld, prometheus.GaugeValue, float64(l.Held), ns)
+	ch <- prometheus.MustNewConstMetric(descLeaseGrants, prometheus.CounterValue, float64(l.Grants), ns)
+	ch <- prometheus.MustNewConstMetric(descLeaseGranted, prometheus.CounterValue, l.Granted, ns)
+	ch <- prometheus.MustNewConstMetric(descLeaseReturned, prometheus.CounterValue, l.Returned, ns)
+	ch <- prometheus.MustNewConstMetric(descLeaseExpired, prometheus.CounterValue, l.Expired, ns)
+	ch <- prometheus.MustNewConstMetric(descLeaseCalls, prometheus.CounterValue, float64(l.StoreCalls), ns)
+	ch <- prometheus.MustNewConstMetric(descLeaseDenials, prometheus.CounterValue, float64(l.Denials), ns)
+	ch <- prometheus.MustNewConstMetric(descLeaseLocal, prometheus.CounterValue, float64(l.Local), ns)
+	ch <- prometheus.MustNewConstMetric(descStoreDown, prometheus.CounterValue, float64(l.Fallbacks), ns)
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,5 +249,85 @@ func TestMetrics(t *testing.T) {
 	}
 	if strings.Contains(body, `ratesync_store_up{namespace="default"}`) {
 		t.Error("store_up reported for a local namespace")
+	}
+}
+
+// /metrics exports a leased namespace's lease figures, read from Stats at
+// scrape time: the node decides most requests from what the store granted
+// it, so it calls the store less often than it decides. Namespaces that
+// are not leased have no lease series, and a local one no store_nodes.
+func TestLeaseMetrics(t *testing.T) {
+	clock := newTestClock(time.Now()) // frozen: every request in one window
+	n := newTestNode(t, `
+namespaces:
+  - name: default
+  - name: leased
+    strategy: memory
+    sync_rate: 1s
+    window_sizes: [1m]
+    clock: node
+    leases: true
+  - name: periodic
+    strategy: memory
+    window_sizes: [1m]
+    clock: node
+`, nil, clock.option())
+	const decisions = 30
+	for i := range decisions {
+		w := do(n.api, "POST", "/v1/check", `{"namespace":"leased","key":"k","limits":[{"limit":25,"window":"1m"}]}`)
+		if want := map[bool]int{true: 200, false: 429}[i < 25]; w.Code != want {
+			t.Fatalf("decision %d: status %d, want %d: %s", i+1, w.Code, want, w.Body)
+		}
+	}
+	body := do(n.api, "GET", "/metrics", "").Body.String()
+	value := func(name, ns string) (float64, bool) {
+		m := regexp.MustCompile(`(?m)^` + name + `\{namespace="` + ns + `"\} (\S+)$`).FindStringSubmatch(body)
+		if m == nil {
+			return 0, false
+		}
+		v, err := strconv.ParseFloat(m[1], 64)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		return v, true
+	}
+	got := map[string]float64{}
+	for _, name := range []string{
+		"ratesync_leases_held", "ratesync_lease_grants_total", "ratesync_lease_granted_units_total",
+		"ratesync_lease_returned_units_total", "ratesync_lease_expired_units_total", "ratesync_lease_store_calls_total",
+		"ratesync_lease_store_denials_total", "ratesync_lease_local_denials_total", "ratesync_store_down_decisions_total",
+		"ratesync_store_nodes",
+	} {
+		v, ok := value(name, "leased")
+		if !ok {
+			t.Errorf("metrics lack %s of the leased namespace", name)
+		}
+		got[name] = v
+		if _, ok := value(name, "periodic"); ok && name != "ratesync_store_nodes" {
+			t.Errorf("%s reported for a namespace that is not leased", name)
+		}
+	}
+	if g := got["ratesync_lease_grants_total"]; g < 1 {
+		t.Errorf("lease grants %v, want at least 1", g)
+	}
+	if c := got["ratesync_lease_store_calls_total"]; c < 1 || c >= decisions {
+		t.Errorf("lease store calls %v, want from 1 to fewer than the %d decisions", c, decisions)
+	}
+	// Every unit admitted came from a grant, and the store never counts
+	// more than the limit: what it granted and kept is the 25 admitted.
+	if g, r := got["ratesync_lease_granted_units_total"], got["ratesync_lease_returned_units_total"]; g-r != 25 {
+		t.Errorf("granted units %v, returned %v: want 25 kept", g, r)
+	}
+	if d := got["ratesync_lease_store_denials_total"] + got["ratesync_lease_local_denials_total"]; d != decisions-25 {
+		t.Errorf("denials at the store %v and on the node %v, want %d in all", got["ratesync_lease_store_denials_total"], got["ratesync_lease_local_denials_total"], decisions-25)
+	}
+	if f := got["ratesync_store_down_decisions_total"]; f != 0 {
+		t.Errorf("store-down decisions %v with the store answering", f)
+	}
+	if _, ok := value("ratesync_store_nodes", "periodic"); !ok {
+		t.Error("metrics lack ratesync_store_nodes of the periodic namespace")
+	}
+	if _, ok := value("ratesync_store_nodes", "default"); ok {
+		t.Error("ratesync_store_nodes reported for a local namespace")
 	}
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/ratesync/ratesync/internal/node/config"
 	"github.com/ratesync/ratesync/internal/testenv"
+	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
 	"github.com/ratesync/ratesync/strategy/redis"
 )
@@ -266,6 +267,50 @@ namespaces:
 	}
 	if logs := n.logs.String(); !strings.Contains(logs, "namespaces_updated=api,loc") {
 		t.Errorf("the reload line does not name the updated namespaces:\n%s", logs)
+	}
+}
+
+// A reload that changes leases or store_down updates the namespace in
+// place: the instance decides with them from then on, counts kept.
+func TestReloadLeasesAndStoreDown(t *testing.T) {
+	cfg := func(fields string) string {
+		return fmt.Sprintf(`
+namespaces:
+  - name: api
+    strategy: memory
+    window_sizes: [1m]
+    clock: node
+%s`, fields)
+	}
+	clock := newTestClock(time.Now()) // frozen: the counts stay in one window
+	n := newReloadNode(t, cfg(""), nil, clock.option())
+	body := `{"namespace":"api","key":"k","limits":[{"limit":10,"window":"1m"}]}`
+	tests := []struct {
+		name, fields string
+		leases       bool
+		storeDown    namespace.StoreDown
+	}{
+		{"leased", "    leases: true\n", true, namespace.StoreDownShare},
+		{"leased, store_down local", "    leases: true\n    store_down: local\n", true, namespace.StoreDownLocal},
+		{"synchronous, store_down deny", "    sync_rate: 0\n    store_down: deny\n", false, namespace.StoreDownDeny},
+		{"periodic", "", false, namespace.StoreDownShare},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n.check(t, body)
+			n.rewrite(t, cfg(tt.fields))
+			for _, nc := range n.in.Namespaces() {
+				if nc.Name == "api" && (nc.Leases != tt.leases || nc.StoreDown != tt.storeDown) {
+					t.Errorf("namespace api after the reload: Leases %v, StoreDown %v; want %v, %v", nc.Leases, nc.StoreDown, tt.leases, tt.storeDown)
+				}
+			}
+			if got := n.check(t, body); !got.Allowed || got.Limits[0].Remaining != float64(8-2*i) {
+				t.Errorf("after the reload: %+v, want %d remaining (the hits before it kept)", got, 8-2*i)
+			}
+		})
+	}
+	if logs := n.logs.String(); strings.Count(logs, "namespaces_updated=api") != len(tests) {
+		t.Errorf("want %d reload lines naming namespace api:\n%s", len(tests), logs)
 	}
 }
 

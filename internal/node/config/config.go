@@ -57,6 +57,14 @@ const (
 	ClockNode  = "node"  // the node's own clock
 )
 
+// What a leased or synchronous namespace decides with while its store does
+// not answer (store_down), as namespace.StoreDown spells them.
+const (
+	storeDownShare = "share" // each limit divided by the nodes seen using the store
+	storeDownLocal = "local" // the whole limit on each node
+	storeDownDeny  = "deny"  // refuse what needs the store
+)
+
 // Strategies a namespace may use.
 const (
 	StrategyLocal    = "local"    // no store: this node counts alone
@@ -168,18 +176,20 @@ type HeadersConfig struct {
 // NamespaceConfig is one namespace of the node's ratelimiting.Instance.
 type NamespaceConfig struct {
 	Name         string           `json:"name" yaml:"name"`
-	Strategy     string           `json:"strategy" yaml:"strategy" oneof:"local memory redis postgres"` // local (default), memory, redis, postgres
-	URL          string           `json:"url,omitempty" yaml:"url"`                                     // store URL (redis, postgres); default from the environment
-	SyncRate     Duration         `json:"sync_rate" yaml:"sync_rate"`                                   // > 0 periodic, 0 synchronous; local: -1
-	WindowSizes  []Duration       `json:"window_sizes" yaml:"window_sizes"`                             // default 1s, 1m, 1h
-	Dict         string           `json:"dict" yaml:"dict"`                                             // shm dict; default "default"
-	DictCapacity int              `json:"dict_capacity" yaml:"dict_capacity"`                           // counters the dict holds; default 1,000,000
-	NearLimit    bool             `json:"near_limit" yaml:"near_limit"`                                 // periodic: decide in the store near a limit; default false
-	Timeout      Duration         `json:"timeout,omitempty" yaml:"timeout"`                             // call timeout: a request's longest wait for the store; default 1s with a store
-	Clock        string           `json:"clock" yaml:"clock" oneof:"store node"`                        // windows in the store's time (store, default with a store) or the node's (node; local namespaces)
-	Redis        *RedisOptions    `json:"redis,omitempty" yaml:"redis"`                                 // strategy redis only
-	Postgres     *PostgresOptions `json:"postgres,omitempty" yaml:"postgres"`                           // strategy postgres only
-	URLFrom      string           `json:"-" yaml:"-"`                                                   // set by Load: where the URL came from ("file" or the environment variable)
+	Strategy     string           `json:"strategy" yaml:"strategy" oneof:"local memory redis postgres"`    // local (default), memory, redis, postgres
+	URL          string           `json:"url,omitempty" yaml:"url"`                                        // store URL (redis, postgres); default from the environment
+	SyncRate     Duration         `json:"sync_rate" yaml:"sync_rate"`                                      // > 0 periodic, 0 synchronous; local: -1
+	WindowSizes  []Duration       `json:"window_sizes" yaml:"window_sizes"`                                // default 1s, 1m, 1h
+	Dict         string           `json:"dict" yaml:"dict"`                                                // shm dict; default "default"
+	DictCapacity int              `json:"dict_capacity" yaml:"dict_capacity"`                              // counters the dict holds; default 1,000,000
+	NearLimit    bool             `json:"near_limit" yaml:"near_limit"`                                    // periodic: decide in the store near a limit; default false
+	Leases       bool             `json:"leases" yaml:"leases"`                                            // periodic: decide on the node from quota the store granted, exact across nodes; default false
+	StoreDown    string           `json:"store_down,omitempty" yaml:"store_down" oneof:"share local deny"` // leased or synchronous, while the store does not answer: share (default), local, deny
+	Timeout      Duration         `json:"timeout,omitempty" yaml:"timeout"`                                // call timeout: a request's longest wait for the store; default 1s with a store
+	Clock        string           `json:"clock" yaml:"clock" oneof:"store node"`                           // windows in the store's time (store, default with a store) or the node's (node; local namespaces)
+	Redis        *RedisOptions    `json:"redis,omitempty" yaml:"redis"`                                    // strategy redis only
+	Postgres     *PostgresOptions `json:"postgres,omitempty" yaml:"postgres"`                              // strategy postgres only
+	URLFrom      string           `json:"-" yaml:"-"`                                                      // set by Load: where the URL came from ("file" or the environment variable)
 }
 
 // RedisOptions are strategy/redis's Config plus client options.
@@ -294,19 +304,21 @@ type GatewayConfig struct {
 // RLSConfig serves Envoy's rate limit service (gRPC ShouldRateLimit, and
 // POST /json on the API) from envoyproxy/ratelimit's configuration files.
 // Its counts live in a namespace of their own, named RLSNamespace, with a
-// window size per unit; strategy, url, sync_rate and the store options are
-// a namespace's.
+// window size per unit; strategy, url, sync_rate, leases, store_down and
+// the store options are a namespace's.
 type RLSConfig struct {
-	Listen          string           `json:"listen" yaml:"listen"`                                         // gRPC address; default 127.0.0.1:8081
-	Config          string           `json:"config" yaml:"config"`                                         // a file or a directory of YAML files; relative to the node's config file
-	ResponseHeaders bool             `json:"response_headers" yaml:"response_headers"`                     // draft-11 RateLimit headers in each response; default false
-	Strategy        string           `json:"strategy" yaml:"strategy" oneof:"local memory redis postgres"` // local (default), memory, redis, postgres
-	URL             string           `json:"url,omitempty" yaml:"url"`                                     // store URL; default from the environment
-	SyncRate        Duration         `json:"sync_rate" yaml:"sync_rate"`                                   // > 0 periodic, 0 synchronous (upstream's answers); default 1s
-	Clock           string           `json:"clock" yaml:"clock" oneof:"store node"`                        // as a namespace's: store (default with a store) or node
-	Dict            string           `json:"dict" yaml:"dict"`                                             // shm dict; default "default"
-	DictCapacity    int              `json:"dict_capacity" yaml:"dict_capacity"`                           // default 1,000,000
-	Timeout         Duration         `json:"timeout,omitempty" yaml:"timeout"`                             // call timeout: a request's longest wait for the store; default 1s with a store
+	Listen          string           `json:"listen" yaml:"listen"`                                            // gRPC address; default 127.0.0.1:8081
+	Config          string           `json:"config" yaml:"config"`                                            // a file or a directory of YAML files; relative to the node's config file
+	ResponseHeaders bool             `json:"response_headers" yaml:"response_headers"`                        // draft-11 RateLimit headers in each response; default false
+	Strategy        string           `json:"strategy" yaml:"strategy" oneof:"local memory redis postgres"`    // local (default), memory, redis, postgres
+	URL             string           `json:"url,omitempty" yaml:"url"`                                        // store URL; default from the environment
+	SyncRate        Duration         `json:"sync_rate" yaml:"sync_rate"`                                      // > 0 periodic, 0 synchronous (upstream's answers); default 1s
+	Clock           string           `json:"clock" yaml:"clock" oneof:"store node"`                           // as a namespace's: store (default with a store) or node
+	Dict            string           `json:"dict" yaml:"dict"`                                                // shm dict; default "default"
+	DictCapacity    int              `json:"dict_capacity" yaml:"dict_capacity"`                              // default 1,000,000
+	Timeout         Duration         `json:"timeout,omitempty" yaml:"timeout"`                                // call timeout: a request's longest wait for the store; default 1s with a store
+	Leases          bool             `json:"leases" yaml:"leases"`                                            // as a namespace's: rules with an algorithm decided from quota the store granted; default false
+	StoreDown       string           `json:"store_down,omitempty" yaml:"store_down" oneof:"share local deny"` // as a namespace's: share (default when it applies), local, deny
 	Redis           *RedisOptions    `json:"redis,omitempty" yaml:"redis"`
 	Postgres        *PostgresOptions `json:"postgres,omitempty" yaml:"postgres"`
 	Rules           *rls.Config      `json:"-" yaml:"-"` // set by Load: the files' rules

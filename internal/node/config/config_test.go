@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratesync/ratesync/namespace"
 	"github.com/ratesync/ratesync/ratelimiting"
 )
 
@@ -188,6 +189,17 @@ policies:
 		{"window size twice", "namespaces:\n  - name: x\n    window_sizes: [1s, 1s]\n", nil, `namespaces[0].window_sizes[1]: "1s": listed twice`},
 		{"near_limit on local", "namespaces:\n  - name: x\n    near_limit: true\n", nil, `test.yaml:3: namespaces[0].near_limit: "true": needs a periodic sync rate (sync_rate, SyncRate > 0) and a store`},
 		{"near_limit synchronous", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: 0\n    near_limit: true\n", nil, `test.yaml:5: namespaces[0].near_limit: "true": needs a periodic sync rate (sync_rate, SyncRate > 0)`},
+		{"leases on local", "namespaces:\n  - name: x\n    leases: true\n", nil, `test.yaml:3: namespaces[0].leases: "true": needs a periodic sync rate (sync_rate, SyncRate > 0) and a store; this namespace is local only`},
+		{"leases synchronous", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: 0\n    leases: true\n", nil, `test.yaml:5: namespaces[0].leases: "true": needs a periodic sync rate (sync_rate, SyncRate > 0): returns of unused quota ride the periodic sync`},
+		{"leases and near_limit", "namespaces:\n  - name: x\n    strategy: memory\n    near_limit: true\n    leases: true\n", nil, `test.yaml:5: namespaces[0].leases: "true": leases and near_limit are alternatives`},
+		{"leases not a bool", "namespaces:\n  - name: x\n    strategy: memory\n    leases: maybe\n", nil, `test.yaml:4: namespaces[0].leases: "maybe": must be true or false`},
+		{"store_down", "namespaces:\n  - name: x\n    strategy: memory\n    sync_rate: 0\n    store_down: open\n", nil, `test.yaml:5: namespaces[0].store_down: "open": must be one of share, local, deny`},
+		{"store_down on local", "namespaces:\n  - name: x\n    store_down: local\n", nil, `test.yaml:3: namespaces[0].store_down: "local": only with strategy memory, redis or postgres (a local namespace has no store)`},
+		{"store_down periodic without leases", "namespaces:\n  - name: x\n    strategy: memory\n    store_down: share\n", nil, `test.yaml:4: namespaces[0].store_down: "share": only with leases: true or sync_rate: 0`},
+		{"rls leases", "rls:\n  config: rules.yaml\n  strategy: memory\n  sync_rate: 0\n  leases: true\n", nil, `test.yaml:5: rls.leases: "true": needs a periodic sync rate (sync_rate, SyncRate > 0)`},
+		{"rls leases not a bool", "rls:\n  config: rules.yaml\n  leases: 1\n", nil, `test.yaml:3: rls.leases: "1": must be true or false`},
+		{"rls store_down", "rls:\n  config: rules.yaml\n  strategy: memory\n  leases: true\n  store_down: closed\n", nil, `test.yaml:5: rls.store_down: "closed": must be one of share, local, deny`},
+		{"rls store_down on local", "rls:\n  config: rules.yaml\n  store_down: deny\n", nil, `test.yaml:3: rls.store_down: "deny": only with strategy memory, redis or postgres`},
 		{"dict capacity", "namespaces:\n  - name: x\n    dict_capacity: -5\n", nil, `test.yaml:3: namespaces[0].dict_capacity: "-5": must be >= 0`},
 		{"clock", "namespaces:\n  - name: x\n    strategy: memory\n    clock: ntp\n", nil, `test.yaml:4: namespaces[0].clock: "ntp": must be one of store, node`},
 		{"store clock on local", "namespaces:\n  - name: x\n    clock: store\n", nil, `test.yaml:3: namespaces[0].clock: "store": only with strategy memory, redis or postgres`},
@@ -547,6 +559,83 @@ policies:
 				t.Errorf("refused: %v", err)
 			}
 		})
+	}
+}
+
+// A leased namespace, and where store_down applies: leased and
+// synchronous namespaces (share when the file leaves it out), the rls
+// section's as a namespace's; the effective configuration shows both.
+func TestLeasedNamespaces(t *testing.T) {
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, fmt.Sprintf(`
+namespaces:
+  - name: leased
+    strategy: memory
+    sync_rate: 200ms
+    leases: true
+    store_down: local
+  - name: leased-default
+    strategy: memory
+    leases: true
+  - name: sync
+    strategy: memory
+    sync_rate: 0
+    store_down: deny
+  - name: sync-default
+    strategy: memory
+    sync_rate: 0
+  - name: periodic
+    strategy: memory
+  - name: local
+rls:
+  config: %q
+  strategy: memory
+  leases: true
+  store_down: deny
+`, rules), nil)
+	tests := []struct {
+		name      string
+		leases    bool
+		storeDown string
+		want      namespace.StoreDown
+	}{
+		{"leased", true, "local", namespace.StoreDownLocal},
+		{"leased-default", true, "share", namespace.StoreDownShare},
+		{"sync", false, "deny", namespace.StoreDownDeny},
+		{"sync-default", false, "share", namespace.StoreDownShare},
+		{"periodic", false, "", namespace.StoreDownShare},
+		{"local", false, "", namespace.StoreDownShare},
+		{RLSNamespace, true, "deny", namespace.StoreDownDeny},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := cfg.Namespaces[i]
+			if ns.Name != tt.name || ns.Leases != tt.leases || ns.StoreDown != tt.storeDown {
+				t.Errorf("namespace %q: leases %v, store_down %q; want %q: %v, %q", ns.Name, ns.Leases, ns.StoreDown, tt.name, tt.leases, tt.storeDown)
+			}
+			if nc := ns.Namespace(nil); nc.Leases != tt.leases || nc.StoreDown != tt.want {
+				t.Errorf("namespace.Config: Leases %v, StoreDown %v; want %v, %v", nc.Leases, nc.StoreDown, tt.leases, tt.want)
+			}
+		})
+	}
+	data, err := json.Marshal(cfg.Masked())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`"name":"leased","strategy":"memory","sync_rate":"200ms","window_sizes":["1s","1m","1h"],"dict":"default","dict_capacity":1000000,"near_limit":false,"leases":true,"store_down":"local","timeout":"1s"`,
+		`"name":"periodic","strategy":"memory","sync_rate":"1s","window_sizes":["1s","1m","1h"],"dict":"default","dict_capacity":1000000,"near_limit":false,"leases":false,"timeout":"1s"`,
+		`"leases":true,"store_down":"deny"`,
+	} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("effective config lacks %s:\n%s", want, data)
+		}
+	}
+	if cfg.RLS.StoreDown != "deny" || !cfg.RLS.Leases {
+		t.Errorf("rls section: leases %v, store_down %q", cfg.RLS.Leases, cfg.RLS.StoreDown)
 	}
 }
 

@@ -67,6 +67,33 @@ namespaces:
     sync_rate: 0
     near_limit: true
 `, `6: namespaces[0].near_limit: "true": needs a periodic sync rate (sync_rate, SyncRate > 0); this namespace is synchronous, and synchronous namespaces always decide in the store`},
+		{"leases on a synchronous namespace", `
+namespaces:
+  - name: api
+    strategy: memory
+    sync_rate: 0
+    leases: true
+`, `6: namespaces[0].leases: "true": needs a periodic sync rate (sync_rate, SyncRate > 0): returns of unused quota ride the periodic sync; this namespace is synchronous`},
+		{"leases not a boolean", `
+namespaces:
+  - name: api
+    strategy: memory
+    leases: always
+`, `5: namespaces[0].leases: "always": must be true or false`},
+		{"store_down not one of its values", `
+namespaces:
+  - name: api
+    strategy: memory
+    leases: true
+    store_down: open
+`, `6: namespaces[0].store_down: "open": must be one of share, local, deny`},
+		{"store_down on a periodic namespace without leases", `
+namespaces:
+  - name: api
+    strategy: memory
+    sync_rate: 1s
+    store_down: deny
+`, `6: namespaces[0].store_down: "deny": only with leases: true or sync_rate: 0 (a namespace that syncs periodically without leases decides on the node, whether its store answers or not)`},
 		{"unknown top-level field", `
 node:
   id: a
@@ -76,7 +103,7 @@ nodes: {}
 namespaces:
   - name: api
     sync: 1s
-`, `4: namespaces[0].sync: unknown field (known: clock, dict, dict_capacity, name, near_limit, postgres, redis, strategy, sync_rate, timeout, url, window_sizes)`},
+`, `4: namespaces[0].sync: unknown field (known: clock, dict, dict_capacity, leases, name, near_limit, postgres, redis, store_down, strategy, sync_rate, timeout, url, window_sizes)`},
 		{"unknown field in redis options", `
 namespaces:
   - name: api

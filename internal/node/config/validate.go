@@ -78,13 +78,15 @@ func (r *RLSConfig) applyDefaults(getenv func(string) string, set func(path stri
 	r.Listen = cmp.Or(r.Listen, defaultRLSListen)
 	ns := NamespaceConfig{
 		Name: RLSNamespace, Strategy: r.Strategy, URL: r.URL, SyncRate: r.SyncRate, Clock: r.Clock,
-		Dict: r.Dict, DictCapacity: r.DictCapacity, Timeout: r.Timeout, Redis: r.Redis, Postgres: r.Postgres,
+		Dict: r.Dict, DictCapacity: r.DictCapacity, Timeout: r.Timeout, Leases: r.Leases, StoreDown: r.StoreDown,
+		Redis: r.Redis, Postgres: r.Postgres,
 	}
 	for _, d := range rls.Units() {
 		ns.WindowSizes = append(ns.WindowSizes, Duration(d))
 	}
 	ns.applyDefaults(getenv, func(field string) bool { return set("rls." + field) })
 	r.Strategy, r.URL, r.SyncRate, r.Clock, r.Dict, r.Redis, r.Postgres = ns.Strategy, ns.URL, ns.SyncRate, ns.Clock, ns.Dict, ns.Redis, ns.Postgres
+	r.StoreDown = ns.StoreDown
 	return ns
 }
 
@@ -126,6 +128,9 @@ func (ns *NamespaceConfig) applyDefaults(getenv func(string) string, set func(fi
 	}
 	if ns.Strategy != StrategyLocal && !set("timeout") {
 		ns.Timeout = Duration(defaultCallTimeout)
+	}
+	if ns.StoreDown == "" && ns.storeDownApplies() {
+		ns.StoreDown = storeDownShare
 	}
 	if ns.WindowSizes == nil {
 		ns.WindowSizes = slices.Clone(defaultWindowSizes)
@@ -454,6 +459,7 @@ func (s *source) checkStrategy(path string, ns *NamespaceConfig) {
 		s.bad(field("sync_rate"), "", "must be > 0 (periodic) or 0 (synchronous); use strategy local for no sync")
 	}
 	s.checkTimeout(field("timeout"), ns)
+	s.checkStoreDown(field("store_down"), ns)
 	if local && ns.Clock == ClockStore && s.set(field("clock")) {
 		s.bad(field("clock"), ClockStore, "only with strategy memory, redis or postgres (a local namespace has no store to take the time of: it counts on the node's clock)")
 	}
@@ -469,6 +475,25 @@ func (s *source) checkTimeout(path string, ns *NamespaceConfig) {
 	case ns.Timeout < Duration(time.Millisecond) || ns.Timeout > Duration(time.Minute):
 		s.bad(path, "", "must be from 1ms to 1m, like 500ms or 1s")
 	}
+}
+
+// checkStoreDown refuses a namespace's store_down, at path, where it
+// does not apply: a namespace that syncs periodically without leases
+// decides on the node from its counts, and a local one has no store.
+func (s *source) checkStoreDown(path string, ns *NamespaceConfig) {
+	switch {
+	case !s.set(path) || ns.storeDownApplies():
+	case ns.Strategy == StrategyLocal:
+		s.bad(path, "", "only with strategy memory, redis or postgres (a local namespace has no store)")
+	case ns.SyncRate > 0:
+		s.bad(path, "", "only with leases: true or sync_rate: 0 (a namespace that syncs periodically without leases decides on the node, whether its store answers or not)")
+	}
+}
+
+// storeDownApplies reports whether ns asks its store to decide, and so
+// has a store_down: a leased namespace, or a synchronous one.
+func (ns *NamespaceConfig) storeDownApplies() bool {
+	return ns.Strategy != StrategyLocal && (ns.Leases || ns.SyncRate == 0)
 }
 
 // checkStoreFields refuses the url and the store options of a namespace
@@ -494,10 +519,17 @@ func (ns *NamespaceConfig) Namespace(st strategy.Strategy) namespace.Config {
 		Strategy:     st,
 		DictCapacity: ns.DictCapacity,
 		NearLimit:    ns.NearLimit,
+		Leases:       ns.Leases,
 		Timeout:      time.Duration(ns.Timeout),
 	}
 	if ns.Clock == ClockNode {
 		nc.Clock = namespace.NodeClock
+	}
+	switch ns.StoreDown {
+	case storeDownLocal:
+		nc.StoreDown = namespace.StoreDownLocal
+	case storeDownDeny:
+		nc.StoreDown = namespace.StoreDownDeny
 	}
 	for _, d := range ns.WindowSizes {
 		nc.WindowSizes = append(nc.WindowSizes, time.Duration(d))
