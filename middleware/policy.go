@@ -294,13 +294,13 @@ func (v *policyCheck) suggestPrecision(w time.Duration) string {
 
 // keyedAllowed says why the namespace ns cannot hold anchored windows or
 // sliding logs of algorithm a, or "": they are decided as a whole per key,
-// so not in a namespace that syncs periodically, and a synchronous one
-// needs a store that keeps and decides them.
+// so not in a namespace that syncs periodically unless it is leased, and a
+// namespace that syncs needs a store that keeps and decides them.
 func keyedAllowed(ns namespace.Config, a ratelimiting.Algorithm) string {
 	if ns.Local() {
 		return ""
 	}
-	if ns.SyncRate > 0 {
+	if ns.SyncRate > 0 && !ns.Leases {
 		instead := "sliding_window with precision"
 		if a == ratelimiting.AnchoredWindow {
 			instead = "fixed_window"

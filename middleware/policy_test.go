@@ -168,7 +168,8 @@ func TestPolicyValidateReportsEveryField(t *testing.T) {
 }
 
 // Anchored windows and sliding logs are decided as a whole per key: local
-// or synchronous namespaces hold them, periodic ones do not; precision
+// or synchronous namespaces hold them, and leased ones; periodic ones do
+// not; precision
 // limits sync periodically.
 func TestPolicyValidateKeyedNamespaces(t *testing.T) {
 	sizes := []time.Duration{time.Second, time.Minute}
@@ -188,6 +189,8 @@ func TestPolicyValidateKeyedNamespaces(t *testing.T) {
 			`sliding_log is decided as a whole per key, locally or in the store, and cannot sync periodically (namespace "s" syncs every 1s): use sliding_window with precision, or a synchronous or local-only namespace`},
 		{"periodic anchored", namespace.Config{Name: "s", SyncRate: 500 * time.Millisecond, Strategy: memory.New()}, anchored,
 			`anchored is decided as a whole per key, locally or in the store, and cannot sync periodically (namespace "s" syncs every 500ms): use fixed_window, or a synchronous or local-only namespace`},
+		{"leased anchored", namespace.Config{Name: "s", SyncRate: time.Second, Strategy: memory.New(), Leases: true}, anchored, ""},
+		{"leased sliding log", namespace.Config{Name: "s", SyncRate: time.Second, Strategy: memory.New(), Leases: true}, slidingLog, ""},
 		{"a store that does not decide", namespace.Config{Name: "s", Strategy: undecided}, anchored,
 			`anchored needs a store that keeps and decides it (memory, Redis, PostgreSQL); the store of namespace "s" does not`},
 	}
