@@ -55,14 +55,14 @@ func TestLeasesUnderFaults(t *testing.T) {
 			t.Run(kind+"/"+fault, func(t *testing.T) {
 				store, proxy := storeVia(t, kind)
 				c := newCluster(t, ClusterConfig{Nodes: nodes, SyncRate: 250 * time.Millisecond, Strategy: store, Leases: true,
-					WindowSizes: []time.Duration{window}, Options: []ratelimiting.Option{ratelimiting.WithSyncTimeout(5*time.Second, time.Second)}})
+					WindowSizes: []time.Duration{window}, Options: []ratelimiting.Option{ratelimiting.WithSyncTimeout(5*time.Second, 3*time.Second)}})
 				lim := ratelimiting.Limit{Limit: limit, Window: window, Algorithm: ratelimiting.FixedWindow}
 				ctx := context.Background()
 				duration := 4 * time.Second
 				if fault == "cut-5s" {
-					// The nodes count each other through the store every 5 s:
-					// let every node count all four before the cut.
-					warm := time.Now().Add(6 * time.Second)
+					// The nodes count each other through the store every
+					// second at first: let every node count all four.
+					warm := time.Now().Add(2500 * time.Millisecond)
 					for time.Now().Before(warm) {
 						for _, in := range c.Nodes {
 							if _, err := in.AllowOne(ctx, c.Namespace(), "warm", 1, lim); err != nil {

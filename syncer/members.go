@@ -12,6 +12,7 @@ import (
 
 // Members: how many nodes use the namespace's store, counted through the
 // store itself with nothing but the strategy contract. Every membersEvery
+// (every second for the first ten)
 // each node adds 1 to its own counter (its push lane's name) in the
 // namespace's members record, Namespace + "|nodes" (a name no namespace
 // can have: names refuse '|'), in windows of membersWindow, pushed on a
@@ -23,10 +24,15 @@ import (
 const (
 	membersEvery  = 5 * time.Second
 	membersWindow = 10 * time.Second
+	// For its first membersEarly a syncer counts every second, so that
+	// nodes started together soon see each other.
+	membersEarly      = 10 * time.Second
+	membersEarlyEvery = time.Second
 )
 
 type members struct {
 	mu    sync.Mutex // one exchange at a time
+	first time.Time  // on Config.Clock: the first count
 	next  time.Time  // on Config.Clock: when the next exchange is due
 	count atomic.Int64
 }
@@ -58,7 +64,13 @@ func (s *Syncer) membersIfDue(ctx context.Context) {
 	if now.Before(m.next) {
 		return
 	}
+	if m.first.IsZero() {
+		m.first = now
+	}
 	m.next = now.Add(membersEvery)
+	if now.Sub(m.first) < membersEarly {
+		m.next = now.Add(membersEarlyEvery)
+	}
 	c := s.conf.Load()
 	ctx, cancel := context.WithTimeout(ctx, c.HitTimeout)
 	defer cancel()
