@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"math"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -339,5 +340,33 @@ func TestLeasedFixedWindowAsDecided(t *testing.T) {
 	}
 	if r.maxDecided != 20 || r.errors != 0 {
 		t.Fatalf("row %+v: want 20 admitted in the fullest window as decided, no error", r)
+	}
+}
+
+// TestLeaseSVG checks that leased window runs get the chart of the three
+// figures, leased lines marked.
+func TestLeaseSVG(t *testing.T) {
+	o := &options{store: "memory", limit: 100, window: time.Second, rate: 1000, spread: "skewed", duration: 5 * time.Second, algorithms: []ratelimiting.Algorithm{ratelimiting.FixedWindow}}
+	var rows []row
+	for _, n := range []int{1, 2} {
+		rows = append(rows, row{alg: ratelimiting.FixedWindow, nodes: n, sync: 0, minPct: 100, calls: 90})
+		for _, s := range []time.Duration{100 * time.Millisecond, time.Second} {
+			rows = append(rows, row{alg: ratelimiting.FixedWindow, nodes: n, sync: s, overPct: 40, minPct: 120, calls: 1.5},
+				row{alg: ratelimiting.FixedWindow, nodes: n, sync: s, leased: true, minPct: 100, calls: 2})
+		}
+	}
+	path := t.TempDir() + "/leases.svg"
+	if err := writeSVG(path, rows, o); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg := string(b)
+	for _, want := range []string{"least admitted in a window", "store calls per 100 decisions", ">leased</text>", `stroke-opacity="0.45"`} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("chart without %q", want)
+		}
 	}
 }

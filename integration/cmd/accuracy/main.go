@@ -66,8 +66,8 @@
 // -leases leases the namespace (namespace.Config.Leases): each node decides
 // from quota the store granted it, at each -sync, which must then be > 0.
 // -leases=both makes each run of a -sync > 0 twice, periodic and leased
-// (a -sync 0 run stays synchronous), so that one sweep holds the three
-// modes.
+// (a -sync 0 run stays synchronous), so that one sweep and one chart hold
+// the three modes.
 //
 // -spread says which node each arrival goes to: round-robin (the default),
 // random, sticky (a key always to one node), or skewed: 90% of the
@@ -85,7 +85,7 @@
 //	go run ./integration/cmd/accuracy -algorithm token_bucket -limit 100 -window 1s -nodes 4 -sync 1s -duration 2m
 //	go run ./integration/cmd/accuracy -algorithm sliding_window -precision 0,1s -limit 600 -window 6s -load 10 -sync 250ms,1s,2s
 //	go run ./integration/cmd/accuracy -store redis -redis-url redis://127.0.0.1:6379/0 -leases -sync 250ms -window 1s -load 10 -spread skewed
-//	go run ./integration/cmd/accuracy -store redis -redis-url redis://127.0.0.1:6379/0 -leases=both -nodes 1,2,4,8 -sync 0,50ms,250ms,1s -window 1s -load 10 -csv leases.csv
+//	go run ./integration/cmd/accuracy -store redis -redis-url redis://127.0.0.1:6379/0 -leases=both -nodes 1,2,4,8 -sync 0,50ms,250ms,1s -window 1s -load 10 -svg leases.svg
 package main
 
 import (
@@ -210,7 +210,7 @@ func (o *options) flags(fs *flag.FlagSet) gridFlags {
 	fs.IntVar(&o.workers, "workers", 32, "concurrent callers per run")
 	sweep := fs.Bool("sweep", false, "run the default grid: nodes 1,2,4,8 x sync 0,10ms,50ms,100ms,250ms,500ms,1s (without 0 for -near-limit and -leases)")
 	fs.StringVar(&o.csv, "csv", "", "also write the rows to this CSV file")
-	fs.StringVar(&o.svg, "svg", "", "write a chart against sync rate to this SVG file: over-admission, or with a bucket the long-run rate")
+	fs.StringVar(&o.svg, "svg", "", "write a chart against sync rate to this SVG file: over-admission, or with a bucket the long-run rate; with leased window runs, also the least admitted and the store calls")
 	return gridFlags{nodes: nodes, syncs: syncs, algorithms: algorithms, precisions: precisions, sliding: sliding, sweep: sweep}
 }
 
