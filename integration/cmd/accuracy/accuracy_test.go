@@ -370,3 +370,15 @@ func TestLeaseSVG(t *testing.T) {
 		}
 	}
 }
+
+func TestLateness(t *testing.T) {
+	at := time.UnixMilli(1_000_000)
+	res := &integration.Result{Decisions: []integration.Decision{
+		{Due: at, At: at.Add(time.Millisecond)},
+		{Due: at, At: at.Add(300 * time.Millisecond)},
+		{Due: at.Add(time.Second), At: at.Add(time.Second)},
+	}}
+	if got := lateness(res); got != 300*time.Millisecond {
+		t.Fatalf("lateness = %v, want 300ms", got)
+	}
+}

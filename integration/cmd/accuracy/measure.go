@@ -341,10 +341,24 @@ func logRun(o *options, c *integration.Cluster, sp spec, res *integration.Result
 	}
 	fmt.Fprintf(os.Stderr, "accuracy: %s, %d nodes, sync %v%s: admitted %d of %d (per window %s%s); store calls: %d (%.1f/s; %d pushes, %d checks in all)\n",
 		alg, sp.nodes, sp.sync, mode, res.Admitted(), len(res.Decisions), strings.Join(counts, " "), decided, calls, float64(calls)/o.duration.Seconds(), pushes, checks)
+	if late := lateness(res); late > o.window/10 {
+		fmt.Fprintf(os.Stderr, "accuracy: %s, %d nodes, sync %v%s: decisions asked up to %v after their arrival: the store or this machine did not keep up with the offered load (admitted and long_run_rate count the late ones over -duration)\n",
+			alg, sp.nodes, sp.sync, mode, late.Round(time.Millisecond))
+	}
 	if sp.leased {
 		fmt.Fprintf(os.Stderr, "accuracy: %s, %d nodes, sync %v leased: %d grant requests, %d grants of %.0f units, %.0f returned, %.0f expired, %d denials, %d denied locally, %d fallbacks\n",
 			alg, sp.nodes, sp.sync, ls.StoreCalls, ls.Grants, ls.Granted, ls.Returned, ls.Expired, ls.Denials, ls.Local, ls.Fallbacks)
 	}
+}
+
+// lateness returns how long after its arrival's time the latest decision
+// of res was asked.
+func lateness(res *integration.Result) time.Duration {
+	var late time.Duration
+	for _, d := range res.Decisions {
+		late = max(late, d.At.Sub(d.Due))
+	}
+	return late
 }
 
 // newRow computes a run's figures (see the command's doc).
