@@ -122,7 +122,7 @@ func writeLeaseSVG(path string, rows []row, o *options) error {
 		o.store, o.limit, o.window, o.rate, o.spread, o.duration)
 	panels := []panel{
 		{title: "over-admission (% of the limit)", value: func(r row) float64 { return r.overPct }, refs: []float64{0}},
-		{title: "least admitted in a window (% of the limit)", value: func(r row) float64 { return r.minPct }, refs: []float64{100}, step: 20},
+		{title: "least admitted in a window (% of the limit)", value: func(r row) float64 { return r.minPct }, refs: []float64{100}},
 		{title: "store calls per 100 decisions (log)", value: func(r row) float64 { return r.calls }, refs: []float64{1}, lo: 0.01, log: true},
 	}
 	syncs := sortedSyncs(rows)
