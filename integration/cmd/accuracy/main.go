@@ -5,18 +5,40 @@
 //
 // Window limits (-algorithm fixed_window, the default, or sliding_window):
 //
-//	store,nodes,sync_rate,limit,window,offered_per_s,max_admitted_per_window,over_admission_pct,bound_pct
+//	store,nodes,sync_rate,limit,window,offered_per_s,max_admitted_per_window,over_admission_pct,min_admitted_pct,store_calls_per_100,bound_pct
 //
 // max_admitted_per_window is the most hits of one key admitted in one whole
 // fixed window (sliding_window: in any span of the window's length);
+// over_admission_pct is 100·(max_admitted_per_window − limit)/limit;
 // bound_pct is 100·λ·T/L: λ the offered rate of the key, T the sync interval
 // plus the measured store round trip (reference/numbers.md section 2).
+//
+// Both formats end their figures with:
+//
+//   - min_admitted_pct: the fewest hits of one key admitted in one whole
+//     epoch-aligned window of the limit's size (wholly inside the run; for
+//     a sliding window too, and for a bucket the spans of -window), as a
+//     percentage of limit, or of the key's hits offered in that window when
+//     fewer; windows in which a key was not offered do not count. A
+//     bucket's limit is what it refills in a window, what it admits there
+//     under load once its burst is spent (allowed_in_window, b + limit, is
+//     only reached in the window the full bucket starts), so an exact
+//     limiter under load reads 100;
+//   - store_calls_per_100: store calls per 100 decisions over the run: for
+//     a leased namespace, the grant requests the nodes sent (the sum of
+//     ratelimiting.LeaseStats.StoreCalls); otherwise every call the nodes
+//     made to the strategy (pushes, fetches, checks, buckets, time),
+//     counted by a wrapper around it. Standard error shows, for every run,
+//     every call made during the load, leased runs included.
+//
+// The column store reads store+near-limit with -near-limit and
+// store+leases for a leased run.
 //
 // Buckets (-algorithm token_bucket or leaky_bucket, capacity -burst b, or a
 // list that names one beside window algorithms, which are then reported the
 // same way):
 //
-//	store,algorithm,nodes,sync_rate,limit,window,burst,offered_per_s,duration,admitted,long_run_rate,max_admitted_in_window,allowed_in_window,burst_pct
+//	store,algorithm,nodes,sync_rate,limit,window,burst,offered_per_s,duration,admitted,long_run_rate,max_admitted_in_window,allowed_in_window,burst_pct,min_admitted_pct,store_calls_per_100
 //
 // With r = limit/window the sustained rate and D = -duration:
 //
@@ -41,6 +63,16 @@
 // window sizes. Each precision of the list is a run of its own, and the
 // rows take the second format with a precision column after algorithm.
 //
+// -leases leases the namespace (namespace.Config.Leases): each node decides
+// from quota the store granted it, at each -sync, which must then be > 0.
+// -leases=both makes each run of a -sync > 0 twice, periodic and leased
+// (a -sync 0 run stays synchronous), so that one sweep and one chart hold
+// the three modes.
+//
+// -spread says which node each arrival goes to: round-robin (the default),
+// random, sticky (a key always to one node), or skewed: 90% of the
+// arrivals to node 0, the rest round-robin over the others.
+//
 // The offered load is -rate hits per second, or -load times r; -load
 // defaults to 10 for buckets when -rate is not given. -parallel N makes N
 // runs at once, each with its own nodes and namespace on the one store
@@ -52,6 +84,8 @@
 //	go run ./integration/cmd/accuracy -store redis -redis-url redis://127.0.0.1:6379/0 -sweep -csv out.csv -svg out.svg
 //	go run ./integration/cmd/accuracy -algorithm token_bucket -limit 100 -window 1s -nodes 4 -sync 1s -duration 2m
 //	go run ./integration/cmd/accuracy -algorithm sliding_window -precision 0,1s -limit 600 -window 6s -load 10 -sync 250ms,1s,2s
+//	go run ./integration/cmd/accuracy -store redis -redis-url redis://127.0.0.1:6379/0 -leases -sync 250ms -window 1s -load 10 -spread skewed
+//	go run ./integration/cmd/accuracy -store redis -redis-url redis://127.0.0.1:6379/0 -leases=both -nodes 1,2,4,8 -sync 0,50ms,250ms,1s -window 1s -load 10 -svg leases.svg
 package main
 
 import (
@@ -68,6 +102,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratesync/ratesync/integration"
 	"github.com/ratesync/ratesync/ratelimiting"
 )
 
@@ -99,6 +134,7 @@ type options struct {
 	spread      string
 	poisson     bool
 	nearLimit   bool
+	leases      leaseMode
 	parallel    int
 	workers     int
 	csv         string
@@ -165,15 +201,16 @@ func (o *options) flags(fs *flag.FlagSet) gridFlags {
 	fs.IntVar(&o.keys, "keys", 1, "distinct keys (1: one hot key)")
 	fs.Float64Var(&o.zipf, "zipf", 1.1, "Zipf exponent over -keys (> 1), else uniform")
 	fs.DurationVar(&o.duration, "duration", 12*time.Second, "how long each run offers load")
-	fs.StringVar(&o.spread, "spread", "round-robin", "arrivals to nodes: round-robin, random or sticky")
+	fs.StringVar(&o.spread, "spread", "round-robin", "arrivals to nodes: round-robin, random, sticky or skewed (90% to one node, the rest evenly over the others)")
 	fs.BoolVar(&o.poisson, "poisson", false, "Poisson arrivals instead of constant")
 	sliding := fs.Bool("sliding", false, "same as -algorithm sliding_window (fixed windows make admitted per window exact to count)")
 	fs.BoolVar(&o.nearLimit, "near-limit", false, "decide near-limit keys in the store (namespace NearLimit)")
+	fs.Var(&o.leases, "leases", "lease the namespace (namespace Leases) at each -sync, which must be > 0; -leases=both: run each -sync > 0 both periodic and leased")
 	fs.IntVar(&o.parallel, "parallel", 1, "runs made at once, each with its own nodes and namespace")
 	fs.IntVar(&o.workers, "workers", 32, "concurrent callers per run")
-	sweep := fs.Bool("sweep", false, "run the default grid: nodes 1,2,4,8 x sync 0,10ms,50ms,100ms,250ms,500ms,1s (without 0 for -near-limit)")
+	sweep := fs.Bool("sweep", false, "run the default grid: nodes 1,2,4,8 x sync 0,10ms,50ms,100ms,250ms,500ms,1s (without 0 for -near-limit and -leases)")
 	fs.StringVar(&o.csv, "csv", "", "also write the rows to this CSV file")
-	fs.StringVar(&o.svg, "svg", "", "write a chart against sync rate to this SVG file: over-admission, or with a bucket the long-run rate")
+	fs.StringVar(&o.svg, "svg", "", "write a chart against sync rate to this SVG file: over-admission, or with a bucket the long-run rate; with leased window runs, also the least admitted and the store calls")
 	return gridFlags{nodes: nodes, syncs: syncs, algorithms: algorithms, precisions: precisions, sliding: sliding, sweep: sweep}
 }
 
@@ -198,7 +235,7 @@ func (o *options) grid(f gridFlags, set map[string]bool) error {
 	if *f.sweep {
 		o.nodes = sweepNodes
 		for _, s := range sweepSyncs {
-			if s > 0 || !o.nearLimit { // near-limit is a periodic mode
+			if s > 0 || (!o.nearLimit && o.leases != leasesOn) { // near-limit and leases are periodic modes
 				o.syncs = append(o.syncs, s)
 			}
 		}
@@ -262,6 +299,14 @@ func (o *options) validate() error {
 	if err := o.validatePrecisions(); err != nil {
 		return err
 	}
+	if o.spread != "skewed" {
+		if _, err := integration.ParseSpread(o.spread); err != nil {
+			return fmt.Errorf("-spread %q: must be round-robin, random, sticky or skewed", o.spread)
+		}
+	}
+	if o.leases != leasesOff && o.nearLimit {
+		return errors.New("-leases and -near-limit: give one (a leased namespace never over-admits)")
+	}
 	for _, n := range o.nodes {
 		if n <= 0 {
 			return fmt.Errorf("-nodes %d: must be > 0", n)
@@ -273,6 +318,9 @@ func (o *options) validate() error {
 		}
 		if s == 0 && o.nearLimit {
 			return errors.New("-near-limit needs a periodic -sync (> 0)")
+		}
+		if s == 0 && o.leases == leasesOn {
+			return errors.New("-leases needs a periodic -sync (> 0): -sync 0 is synchronous (-leases=both runs it unleased beside the leased runs)")
 		}
 	}
 	return nil
@@ -295,6 +343,45 @@ func (o *options) validatePrecisions() error {
 	}
 	return nil
 }
+
+// leaseMode is -leases: whether the runs lease their namespace.
+type leaseMode int
+
+const (
+	leasesOff  leaseMode = iota
+	leasesOn             // every run leased
+	leasesBoth           // each periodic run also leased
+)
+
+func (m *leaseMode) String() string {
+	switch *m {
+	case leasesOn:
+		return "true"
+	case leasesBoth:
+		return "both"
+	}
+	return "false"
+}
+
+// Set reads true, false (as strconv.ParseBool spells them) or both.
+func (m *leaseMode) Set(s string) error {
+	if s == "both" {
+		*m = leasesBoth
+		return nil
+	}
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("must be true, false or both")
+	}
+	*m = leasesOff
+	if on {
+		*m = leasesOn
+	}
+	return nil
+}
+
+// IsBoolFlag lets -leases stand alone for -leases=true.
+func (m *leaseMode) IsBoolFlag() bool { return true }
 
 func parseList[T any](s, name string, conv func(string) (T, error)) ([]T, error) {
 	var out []T

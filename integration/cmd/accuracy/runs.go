@@ -11,16 +11,17 @@ import (
 )
 
 // spec is one run: an algorithm (with a precision for a sliding window), a
-// node count and a sync rate.
+// node count and a sync rate, leased or not.
 type spec struct {
 	alg       ratelimiting.Algorithm
 	precision time.Duration // 0: none
 	nodes     int
 	sync      time.Duration
+	leased    bool
 }
 
-// groups returns the runs by algorithm, precision, node count and sync
-// rate, in groups of -parallel runs made at once.
+// groups returns the runs by algorithm, precision, node count, sync rate
+// and lease (unleased first), in groups of -parallel runs made at once.
 func (o *options) groups() [][]spec {
 	var all []spec
 	for _, a := range o.algorithms {
@@ -31,7 +32,12 @@ func (o *options) groups() [][]spec {
 		for _, p := range precisions {
 			for _, n := range o.nodes {
 				for _, s := range o.syncs {
-					all = append(all, spec{a, p, n, s})
+					if o.leases != leasesOn {
+						all = append(all, spec{a, p, n, s, false})
+					}
+					if o.leases != leasesOff && s > 0 {
+						all = append(all, spec{a, p, n, s, true})
+					}
 				}
 			}
 		}
@@ -62,12 +68,21 @@ func measureGroup(ctx context.Context, o *options, st *store, g []spec) ([]row, 
 }
 
 // order sorts rows as the sequential runs come: by algorithm (in -algorithm
-// order), precision (in -precision order), node count, then sync rate.
+// order), precision (in -precision order), node count, sync rate, then
+// unleased before leased.
 func (o *options) order(a, b row) int {
 	return cmp.Or(
 		cmp.Compare(slices.Index(o.algorithms, a.alg), slices.Index(o.algorithms, b.alg)),
 		cmp.Compare(slices.Index(o.precisions, a.precision), slices.Index(o.precisions, b.precision)),
 		cmp.Compare(a.nodes, b.nodes),
 		cmp.Compare(a.sync, b.sync),
+		cmp.Compare(btoi(a.leased), btoi(b.leased)),
 	)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

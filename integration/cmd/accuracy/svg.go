@@ -13,10 +13,14 @@ import (
 
 // writeSVG draws over-admission (%) against sync rate, one line per node
 // count, with the bound λ·T/L of the largest node count dashed; with a
-// bucket among the algorithms, or -precision, writeRateSVG's charts.
+// bucket among the algorithms, or -precision, writeRateSVG's charts; with
+// leased runs of window limits, writeLeaseSVG's.
 func writeSVG(path string, rows []row, o *options) error {
 	if o.rates() {
 		return writeRateSVG(path, rows, o)
+	}
+	if slices.ContainsFunc(rows, func(r row) bool { return r.leased }) {
+		return writeLeaseSVG(path, rows, o)
 	}
 	const (
 		w, h                   = 720, 420
@@ -93,15 +97,42 @@ func writeSVG(path string, rows []row, o *options) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// panel is one chart of writeRateSVG: a value of each row against sync
-// rate, one polyline per algorithm and node count.
+// panel is one chart of writeRateSVG and writeLeaseSVG: a value of each
+// row against sync rate, one polyline per algorithm, node count and lease.
 type panel struct {
 	x, y, w, h float64 // the plot area
 	title      string
 	value      func(row) float64
 	keep       func(row) bool // the rows drawn; all when nil
 	refs       []float64      // dotted horizontal lines, labelled
-	lo, step   float64        // the axis starts at lo; ticks every step
+	lo, step   float64        // the axis starts at lo; ticks every step (0: about five ticks)
+	log        bool           // a log scale from lo (> 0), ticks every power of ten
+}
+
+// writeLeaseSVG draws, against sync rate, the over-admission, the least
+// admitted in a window and the store calls per 100 decisions of window
+// limits, leased runs beside periodic and synchronous ones: one colour per
+// node count, leased lines wide and pale with square marks.
+func writeLeaseSVG(path string, rows []row, o *options) error {
+	const w, h = 1140, 440
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="60" y="20" font-size="14">Leased, periodic and synchronous vs sync rate (%s store, limit %g per %v, %g hits/s offered, %s spread, %v per run)</text>`+"\n",
+		o.store, o.limit, o.window, o.rate, o.spread, o.duration)
+	panels := []panel{
+		{title: "over-admission (% of the limit)", value: func(r row) float64 { return r.overPct }, refs: []float64{0}},
+		{title: "least admitted in a window (% of the limit)", value: func(r row) float64 { return r.minPct }, refs: []float64{100}},
+		{title: "store calls per 100 decisions (log)", value: func(r row) float64 { return r.calls }, refs: []float64{1}, lo: 0.01, log: true},
+	}
+	syncs := sortedSyncs(rows)
+	for i, p := range panels {
+		p.x, p.y, p.w, p.h = float64(60+380*i), 60, 280, 300
+		p.draw(&b, rows, syncs)
+	}
+	rateLegend(&b, rows, 60, h-30)
+	b.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // writeRateSVG draws, against sync rate, the long-run rate of every
@@ -172,23 +203,22 @@ func nodeColor(rows []row, nodes int) string {
 // draw writes p's axes, reference lines and polylines.
 func (p panel) draw(b *strings.Builder, rows []row, syncs []time.Duration) {
 	var kept []row
-	hi := p.lo + p.step
+	hi := math.Inf(-1)
 	for _, r := range rows {
-		if p.keep == nil || p.keep(r) {
+		if v := p.value(r); (p.keep == nil || p.keep(r)) && !math.IsNaN(v) {
 			kept = append(kept, r)
-			hi = math.Max(hi, p.value(r))
+			hi = math.Max(hi, v)
 		}
 	}
-	hi = p.lo + math.Ceil((hi-p.lo)/p.step-1e-9)*p.step
 	x := func(s time.Duration) float64 {
 		if len(syncs) == 1 {
 			return p.x + p.w/2
 		}
 		return p.x + float64(slices.Index(syncs, s))*p.w/float64(len(syncs)-1)
 	}
-	y := func(v float64) float64 { return p.y + (1-(math.Max(v, p.lo)-p.lo)/(hi-p.lo))*p.h }
+	y, ticks := p.scale(hi)
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-size="13">%s</text>`+"\n", p.x, p.y-12, p.title)
-	for v := p.lo; v <= hi+p.step/2; v += p.step {
+	for _, v := range ticks {
 		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%.0f" y="%.1f" text-anchor="end">%g</text>`+"\n", p.x, p.x+p.w, y(v), y(v), p.x-6, y(v)+4, math.Round(v*100)/100)
 	}
 	for _, v := range p.refs {
@@ -206,24 +236,76 @@ func (p panel) draw(b *strings.Builder, rows []row, syncs []time.Duration) {
 		alg       ratelimiting.Algorithm
 		precision time.Duration
 		nodes     int
+		leased    bool
 	}
-	pts := map[line][]string{}
+	type point struct{ x, y float64 }
+	pts := map[line][]point{}
 	var order []line
 	for _, r := range kept {
-		l := line{r.alg, r.precision, r.nodes}
+		l := line{r.alg, r.precision, r.nodes, r.leased}
 		if _, ok := pts[l]; !ok {
 			order = append(order, l)
 		}
-		pts[l] = append(pts[l], fmt.Sprintf("%.1f,%.1f", x(r.sync), y(p.value(r))))
+		pts[l] = append(pts[l], point{x(r.sync), y(p.value(r))})
 	}
 	for _, l := range order {
 		c := nodeColor(rows, l.nodes)
-		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>`+"\n", c, dash(l.alg, l.precision), strings.Join(pts[l], " "))
+		var ps []string
 		for _, pt := range pts[l] {
-			cx, cy, _ := strings.Cut(pt, ",")
-			fmt.Fprintf(b, `<circle cx="%s" cy="%s" r="2.5" fill="%s"/>`+"\n", cx, cy, c)
+			ps = append(ps, fmt.Sprintf("%.1f,%.1f", pt.x, pt.y))
+		}
+		width := "2"
+		if l.leased {
+			width = `5" stroke-opacity="0.45`
+		}
+		fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%s"%s points="%s"/>`+"\n", c, width, dash(l.alg, l.precision), strings.Join(ps, " "))
+		for _, pt := range pts[l] {
+			if l.leased {
+				fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="7" height="7" fill="%s"/>`+"\n", pt.x-3.5, pt.y-3.5, c)
+			} else {
+				fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="%s"/>`+"\n", pt.x, pt.y, c)
+			}
 		}
 	}
+}
+
+// scale returns p's vertical scale for values up to hi, and its ticks:
+// from lo, every step (about five ticks when step is 0), or with log every
+// power of ten from lo (> 0) up.
+func (p panel) scale(hi float64) (y func(float64) float64, ticks []float64) {
+	if p.log {
+		top := math.Pow(10, math.Ceil(math.Log10(math.Max(hi, p.lo*10))-1e-9))
+		span := math.Log10(top) - math.Log10(p.lo)
+		for v := p.lo; v <= top*1.001; v *= 10 {
+			ticks = append(ticks, v)
+		}
+		return func(v float64) float64 { return p.y + (1-(math.Log10(math.Max(v, p.lo))-math.Log10(p.lo))/span)*p.h }, ticks
+	}
+	step := p.step
+	if step == 0 {
+		step = niceStep((hi - p.lo) / 5)
+	}
+	hi = math.Max(hi, p.lo+step)
+	hi = p.lo + math.Ceil((hi-p.lo)/step-1e-9)*step
+	for v := p.lo; v <= hi+step/2; v += step {
+		ticks = append(ticks, v)
+	}
+	return func(v float64) float64 { return p.y + (1-(math.Max(v, p.lo)-p.lo)/(hi-p.lo))*p.h }, ticks
+}
+
+// niceStep returns the tick step of 1, 2 or 5 times a power of ten nearest
+// above about (1 when about is not > 0).
+func niceStep(about float64) float64 {
+	if !(about > 0) || math.IsInf(about, 0) {
+		return 1
+	}
+	e := math.Pow(10, math.Floor(math.Log10(about)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*e >= about {
+			return m * e
+		}
+	}
+	return 10 * e
 }
 
 // dash returns the stroke pattern of an algorithm's lines: solid for
@@ -267,5 +349,8 @@ func rateLegend(b *strings.Builder, rows []row, x, y float64) {
 		}
 		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#555" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n", x+20, x+50, y, y, dash(a.a, a.p), x+55, y+4, label)
 		x += max(170, 60+7*float64(len(label)))
+	}
+	if slices.ContainsFunc(rows, func(r row) bool { return r.leased }) {
+		fmt.Fprintf(b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="#555" stroke-width="5" stroke-opacity="0.45"/><rect x="%.0f" y="%.0f" width="7" height="7" fill="#555"/><text x="%.0f" y="%.0f">leased</text>`+"\n", x+20, x+50, y, y, x+31.5, y-3.5, x+55, y+4)
 	}
 }
