@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -193,9 +194,11 @@ func (g *grant) take(cost float64, now int64) (left float64, ok bool) {
 }
 
 // drain takes everything g holds and returns what it could still admit
-// at now.
-func (g *grant) drain(now int64) float64 {
-	return max(0, g.avail(math.Float64frombits(g.held.Swap(0)), now))
+// at now, and what it lost to its bucket's refill (avail).
+func (g *grant) drain(now int64) (left, lost float64) {
+	h := math.Float64frombits(g.held.Swap(0))
+	left = max(0, g.avail(h, now))
+	return left, max(0, h-left)
 }
 
 // leaseFast decides a request from the grant this node holds for its key
@@ -314,6 +317,7 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 		return in.recovering(ctx, p, n, key)
 	}
 	want := ls.size(t, old, p, key, now)
+	first := want
 	for try := 0; try < 2; try++ {
 		t.stats.storeCalls.Add(1)
 		p.cost = want
@@ -340,6 +344,11 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 		if fit < cost || fit >= want {
 			break
 		}
+		if c := chunk(p.limits, cost, first); fit < c && p.chunkFitsIn(key, c) < p.windowEnd()-now {
+			// Less than a chunk, and more frees before the window ends:
+			// wait for a chunk rather than spend a store call on crumbs.
+			break
+		}
 		want = fit
 	}
 	// Refused: nothing fits the request now. The node refuses on its own
@@ -348,34 +357,51 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 	t.stats.denials.Add(1)
 	d := &denial{cost: cost, at: now, states: make([]LimitState, len(p.limits))}
 	retry := p.decide(key, false, d.states)
-	if c := chunk(p.limits, cost, want); c > cost {
-		var buf [stackLimits]LimitState
-		scratch := buf[:0]
-		if len(p.limits) > stackLimits {
-			scratch = make([]LimitState, 0, len(p.limits))
-		}
-		scratch = scratch[:len(p.limits)]
-		p.cost = c
-		retry = max(retry, p.decide(key, false, scratch))
-		p.cost = cost
-		for i := range d.states {
-			if !d.states[i].Allowed {
-				d.states[i].RetryAfter = retry
-			}
-		}
+	if c := chunk(p.limits, cost, first); c > cost {
+		// Nodes refused alike would all ask at the same instant, and all
+		// but one be refused again: each waits a random part of the time
+		// the chunk takes to free on top.
+		in := p.chunkFitsIn(key, c)
+		retry = max(retry, arith.Ms(in+rand.Int64N(max(1, (in-retry.Milliseconds())/2+1))))
 	}
-	d.until = now + max(1, retry.Milliseconds())
-	if retry == 0 {
-		// The store refused what this node's view still lets pass (hits
-		// of other nodes it has not read): each limit refuses until the
-		// node asks again.
-		for i := range d.states {
-			d.states[i].Allowed, d.states[i].RetryAfter = false, time.Millisecond
-		}
+	retry = max(retry, time.Millisecond)
+	d.until = now + retry.Milliseconds()
+	// Every limit refuses until the node asks again: some may let this
+	// request pass on the store's answer (the node waits for a chunk, or
+	// other nodes' hits it has not read made the store refuse).
+	for i := range d.states {
+		d.states[i].Allowed, d.states[i].RetryAfter = false, retry
 	}
 	ls.denied = d
 	p.denial = d
 	return false, nil
+}
+
+// chunkFitsIn returns in how many ms a request of c fits the limits as the
+// plan holds them (the store's answer): decide's RetryAfter for c.
+func (p *plan) chunkFitsIn(key string, c float64) int64 {
+	var buf [stackLimits]LimitState
+	scratch := buf[:0]
+	if len(p.limits) > stackLimits {
+		scratch = make([]LimitState, 0, len(p.limits))
+	}
+	scratch = scratch[:len(p.limits)]
+	cost := p.cost
+	p.cost = c
+	retry := p.decide(key, false, scratch)
+	p.cost = cost
+	return retry.Milliseconds()
+}
+
+// windowEnd returns when the earliest current window of the plan's window
+// limits ends (Unix ms); math.MaxInt64 when it has none.
+func (p *plan) windowEnd() int64 {
+	end := int64(math.MaxInt64)
+	for i := range p.groups {
+		g := &p.groups[i]
+		end = min(end, g.w.Start()+g.sr.Size())
+	}
+	return end
 }
 
 // chunk returns how much quota a refused node waits for before it asks
@@ -408,7 +434,7 @@ func (ls *lease) size(t *leaseTable, old *grant, p *plan, key string, now int64)
 	case ls.k > 0:
 		k = max(k, ls.k)
 	}
-	if left := p.largestFit(key, p.cost); left/2 >= p.cost {
+	if left := p.largestFit(key, p.cost); left/2 >= p.cost && left >= 2*chunk(p.limits, p.cost, k) {
 		k = min(k, math.Floor(left/2))
 	}
 	return max(k, p.cost)
@@ -496,7 +522,9 @@ func (in *Instance) granted(n *ns, ls *lease, old *grant, p *plan, key string, w
 	}
 	held := want - p.cost
 	if old != nil {
-		if left := old.drain(now); left > 0 {
+		left, lost := old.drain(now)
+		t.stats.expired.add(lost)
+		if left > 0 {
 			held += left
 			g.until = min(g.until, old.until)
 		}
@@ -517,7 +545,9 @@ func (in *Instance) expire(n *ns, key string, ls *lease, old *grant, now int64) 
 	if ls.cur.CompareAndSwap(old, nil) {
 		n.leases.stats.held.Add(-1)
 	}
-	if left := old.drain(now); left > 0 {
+	left, lost := old.drain(now)
+	n.leases.stats.expired.add(lost)
+	if left > 0 {
 		in.giveBack(n, key, ls, old, left, now)
 	}
 }
@@ -669,7 +699,7 @@ type LeaseStats struct {
 	Grants     uint64  // grants the store made
 	Granted    float64 // units granted
 	Returned   float64 // units given back to the store
-	Expired    float64 // units not used that stayed counted
+	Expired    float64 // units not used that stayed counted (a bucket's lost to its refill while held included)
 	StoreCalls uint64  // grant requests sent to the store
 	Denials    uint64  // grant requests the store refused
 	Local      uint64  // requests refused on this node while a refusal stood

@@ -121,8 +121,10 @@ func TestLeasesConcurrentCallers(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if got := admitted.Load(); got != 300 {
-		t.Fatalf("admitted %d at one instant with a bucket of 300 (and a window of 500), want 300", got)
+	// The last tokens, fewer than a tenth of the bucket, wait for more to
+	// refill rather than cost a store call each.
+	if got := admitted.Load(); got > 300 || got < 270 {
+		t.Fatalf("admitted %d at one instant with a bucket of 300 (and a window of 500), want 270 to 300", got)
 	}
 }
 
