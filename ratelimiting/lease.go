@@ -362,7 +362,11 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 		// but one be refused again: each waits a random part of the time
 		// the chunk takes to free on top.
 		in := p.chunkFitsIn(key, c)
-		retry = max(retry, arith.Ms(in+rand.Int64N(max(1, (in-retry.Milliseconds())/2+1))))
+		wait := in + rand.Int64N(max(1, (in-retry.Milliseconds())/2+1))
+		// Not past the last moment of the window, when the node takes
+		// what is left rather than let it go unused.
+		wait = min(wait, p.windowEnd()-now-1)
+		retry = max(retry, arith.Ms(wait))
 	}
 	retry = max(retry, time.Millisecond)
 	d.until = now + retry.Milliseconds()
