@@ -30,19 +30,26 @@ func (in *Instance) storeDown(ctx context.Context, p *plan, n *ns, key string) (
 	if nodes <= 1 {
 		return in.checkLocal(p, key), nil
 	}
-	shared := make([]Limit, len(p.limits))
+	return in.decideShare(ctx, p, n, key, nodes, plan{cost: p.cost, penalty: p.penalty, local: true}, n.syncer.RetryIn())
+}
+
+// decideShare decides p's request as q, with each of p's limits (and
+// bursts) divided by nodes, and keeps the states in p; a request larger
+// than a share is refused, with RetryAfter refused.
+func (in *Instance) decideShare(ctx context.Context, p *plan, n *ns, key string, nodes int, q plan, refused time.Duration) (bool, error) {
+	q.limits = make([]Limit, len(p.limits))
 	for i, l := range p.limits {
 		l.Limit /= float64(nodes)
 		l.Burst /= float64(nodes)
-		shared[i] = l
+		q.limits[i] = l
 	}
 	out := make([]LimitState, len(p.limits))
-	allowed, retry, err := in.check(ctx, n.cfg.Name, key, plan{cost: p.cost, penalty: p.penalty, limits: shared, local: true}, out)
+	allowed, retry, err := in.check(ctx, n.cfg.Name, key, q, out)
 	var bad *InputError
 	if errors.As(err, &bad) {
 		// The request is larger than a share of a limit: it cannot pass
-		// on this node until the store is back.
-		p.refused = max(time.Millisecond, n.syncer.RetryIn())
+		// here until the store is back.
+		p.refused = max(time.Millisecond, refused)
 		return false, nil
 	}
 	if err != nil {
@@ -61,25 +68,7 @@ func (in *Instance) storeDown(ctx context.Context, p *plan, n *ns, key string) (
 // that have seen it admit, seen by all, only while the count stays within
 // one share. So the limit holds while the nodes' views converge.
 func (in *Instance) recovering(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
-	nodes := float64(n.syncer.Nodes())
-	shared := make([]Limit, len(p.limits))
-	for i, l := range p.limits {
-		l.Limit /= nodes
-		l.Burst /= nodes
-		shared[i] = l
-	}
-	out := make([]LimitState, len(p.limits))
-	allowed, retry, err := in.check(ctx, n.cfg.Name, key, plan{cost: p.cost, limits: shared, inStore: true}, out)
-	var bad *InputError
-	if errors.As(err, &bad) {
-		p.refused = max(time.Millisecond, time.Duration(n.cfg.SyncRate))
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	p.shared, p.sharedRetry = out, retry
-	return allowed, nil
+	return in.decideShare(ctx, p, n, key, n.syncer.Nodes(), plan{cost: p.cost, inStore: true}, n.cfg.SyncRate)
 }
 
 // storeDownStates writes the states of a request the store-down behaviour
