@@ -4,6 +4,8 @@ import (
 	"context"
 	"hash/maphash"
 	"time"
+
+	"github.com/ratesync/ratesync/namespace"
 )
 
 // Deciding is four phases, each in a file of its own: plan (plan.go)
@@ -156,7 +158,11 @@ func (in *Instance) execute(ctx context.Context, p *plan, n *ns, key string) (bo
 		if err != nil || ok {
 			return allowed, err
 		}
-		return in.checkLocal(p, key), nil
+		if n.cfg.StoreDown == namespace.StoreDownDeny {
+			p.refused = max(time.Millisecond, n.syncer.RetryIn())
+			return false, nil
+		}
+		return in.checkLocal(p, key), nil // the limits are the shares already
 	case n.syncer != nil && n.cfg.SyncRate == 0:
 		return in.checkSynchronous(ctx, p, n, key)
 	case n.leases != nil && p.leasable():

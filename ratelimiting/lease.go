@@ -48,8 +48,42 @@ import (
 // set the key was asked with.
 type leaseTable struct {
 	m       *xsync.MapOf[string, *lease]
+	doubtMu sync.Mutex
+	doubts  map[grantID]int // grants in doubt: given back when the lane resends them
 	horizon atomic.Int64 // ms a grant should last at the key's recent rate: the sync rate
 	stats   leaseCounters
+}
+
+// grantID names a grant request: its key, instant and size.
+type grantID struct {
+	key  string
+	at   int64
+	cost float64
+}
+
+// doubt records a grant request whose answer never came.
+func (t *leaseTable) doubt(key string, at int64, cost float64) {
+	t.doubtMu.Lock()
+	defer t.doubtMu.Unlock()
+	if t.doubts == nil {
+		t.doubts = map[grantID]int{}
+	}
+	t.doubts[grantID{key, at, cost}]++
+}
+
+// resolve reports whether the check c was a grant request in doubt, and
+// forgets it.
+func (t *leaseTable) resolve(c *strategy.Check) bool {
+	id := grantID{c.Key, c.Now.UnixMilli(), c.Cost}
+	t.doubtMu.Lock()
+	defer t.doubtMu.Unlock()
+	if t.doubts[id] == 0 {
+		return false
+	}
+	if t.doubts[id]--; t.doubts[id] == 0 {
+		delete(t.doubts, id)
+	}
+	return true
 }
 
 // leaseCounters are a namespace's lease figures (LeaseStats).
@@ -324,9 +358,11 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 		allowed, ok, err := in.askStore(ctx, p, n, key)
 		p.cost = cost
 		if errors.Is(err, syncer.ErrInDoubt) {
-			// The store may have granted it, unconfirmed: those units stay
-			// counted there (errs toward less), and this request goes to
-			// the store-down behaviour.
+			// The store may have granted it, unconfirmed: the lane sends it
+			// again, and what the store granted goes back then
+			// (resolveGrants); this request goes to the store-down
+			// behaviour.
+			t.doubt(key, now, want)
 			err, ok = nil, false
 		}
 		if err != nil {
@@ -477,9 +513,12 @@ func (p *plan) largestFit(key string, cost float64) float64 {
 		}
 		return true
 	}
-	lo, up := 0.0, math.Floor(hi) // fits(lo) or lo == 0; the answer is in [lo, up]
+	lo, up := 0.0, math.Floor(min(hi, 1<<53)) // fits(lo) or lo == 0; the answer is in [lo, up]; whole floats are exact up to 2^53
 	for lo < up {
 		mid := math.Floor((lo + up + 1) / 2)
+		if mid <= lo || mid > up {
+			break
+		}
 		if fits(mid) {
 			lo = mid
 		} else {
@@ -589,13 +628,15 @@ func (in *Instance) giveBack(n *ns, key string, ls *lease, g *grant, units float
 // resolveGrants gives back the grants the store made in a check call
 // whose answer this node never had (it was in doubt, and the lane sent it
 // again): the node holds none of those units, so every one goes back, a
-// bucket's less its refill since (avail). A check with a sliding log is a
-// request decided in the store, not a grant: it stays.
+// bucket's less its refill since (avail), to each window and bucket once.
+// Only checks recorded as grants in doubt (doubt) go back: a request
+// decided in the store stays counted.
 func (in *Instance) resolveGrants(n *ns, checks []strategy.Check, res []strategy.CheckResult) {
 	now := in.nowIn(n)
-	for i, c := range checks {
-		if !res[i].Allowed || !(c.Cost > 0) || slices.ContainsFunc(c.Limits, func(l strategy.CheckLimit) bool { return l.Kind == strategy.KindLog }) {
-			continue
+	for i := range checks {
+		c := &checks[i]
+		if !n.leases.resolve(c) || !res[i].Allowed {
+			continue // a request decided in the store, or a grant it refused
 		}
 		at := c.Now.UnixMilli()
 		decay := 0.0
@@ -608,16 +649,24 @@ func (in *Instance) resolveGrants(n *ns, checks []strategy.Check, res []strategy
 		if units <= 0 {
 			continue
 		}
-		var done [stackLimits]time.Duration
+		type part struct {
+			kind uint8
+			size time.Duration
+		}
+		var done [stackLimits]part
 		seen := done[:0]
 		for _, l := range c.Limits {
+			id := part{l.Kind, l.WindowSize}
+			if l.Kind == 0 {
+				id.size = l.Sub()
+			}
+			if slices.Contains(seen, id) {
+				continue // limits of one window, or one bucket, share it
+			}
+			seen = append(seen, id)
 			switch {
 			case l.Kind == 0:
-				size := l.Sub()
-				if slices.Contains(seen, size) {
-					continue
-				}
-				seen = append(seen, size)
+				size := id.size
 				if sr := n.seriesOf(size); sr != nil {
 					if w := sr.Window(arith.Start(at, size.Milliseconds()), false, now); w != nil {
 						w.Add(c.Key, -units, now)

@@ -3,6 +3,7 @@ package ratelimiting_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -186,6 +187,27 @@ func TestLeasesInput(t *testing.T) {
 	}
 	if _, err := a.AllowOne(ctx, "ls", "k", 1, ratelimiting.Limit{Limit: 10, Window: 3 * time.Second}); !errors.Is(err, ratelimiting.ErrInvalidInput) {
 		t.Fatalf("a window the namespace does not keep: err %v, want ErrInvalidInput", err)
+	}
+	// Limits beyond 2^53, where whole floats are no longer every integer:
+	// sizing a grant ends all the same.
+	huge := ratelimiting.Limit{Limit: 1e18, Window: time.Second, Algorithm: ratelimiting.FixedWindow}
+	done := make(chan error, 1)
+	go func() {
+		for range 50 {
+			if st, err := a.AllowOne(ctx, "ls", "huge", 1e6, huge); err != nil || !st.Allowed {
+				done <- fmt.Errorf("%+v, %v", st, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("decisions on a limit of 1e18 did not return")
 	}
 	log := ratelimiting.Limit{Limit: 5, Window: time.Second, Algorithm: ratelimiting.SlidingLog}
 	admitted := 0
