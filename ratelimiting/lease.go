@@ -50,7 +50,7 @@ type leaseTable struct {
 	m       *xsync.MapOf[string, *lease]
 	doubtMu sync.Mutex
 	doubts  map[grantID]int // grants in doubt: given back when the lane resends them
-	horizon atomic.Int64 // ms a grant should last at the key's recent rate: the sync rate
+	horizon atomic.Int64    // ms a grant should last at the key's recent rate: the sync rate
 	stats   leaseCounters
 }
 
