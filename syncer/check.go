@@ -297,16 +297,29 @@ func (s *Syncer) resolveDoubts(ctx context.Context) (int, error) {
 // by its (Node, Seq): a reply lost, or a connection reset, costs a round
 // trip, not a decision on the node.
 func (s *Syncer) retrying(ctx context.Context, call func(context.Context) error) error {
-	budget, ok := ctx.Deadline()
-	if !ok {
-		budget = time.Now().Add(time.Hour) // ctx alone ends it
+	pause := retryPause
+	for n := 1; ; n++ {
+		err := call(ctx)
+		if err == nil || n == maxAttempts || ctx.Err() != nil || !storeFailed(ctx, err) {
+			return err
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= pause {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+		pause = min(2*pause, retryPauseMax)
 	}
-	return s.retryUntil(ctx, budget, call)
 }
 
-// retryUntil is retrying with its own bound: each attempt has ctx's whole
-// deadline (a long push), and no attempt starts after budget (a zero
-// budget: one attempt).
+// retryUntil is retrying for calls bounded by ctx that may be sent again
+// only until budget: each attempt has ctx's whole deadline (a long push),
+// and no attempt starts after budget.
 func (s *Syncer) retryUntil(ctx context.Context, budget time.Time, call func(context.Context) error) error {
 	pause := retryPause
 	for n := 1; ; n++ {
