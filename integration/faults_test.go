@@ -69,12 +69,13 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 }
 
 // A synchronous store that hangs (SIGSTOP) under load fails open in one
-// call timeout: the requests under way when it stops wait at most the
-// timeout, and once one has timed out the namespace decides on the node at
-// once, until a probe finds the store back. No caller sees an error, and
-// afterwards the store holds every admitted hit exactly once: the checks
-// whose replies never came are sent again with their (node, seq), and the
-// store counts each once.
+// call timeout (store_down: local; sharing, a cluster refuses in the
+// windows under way instead): the requests under way when it stops wait
+// at most the timeout, and once one has timed out the namespace decides
+// on the node at once, until a probe finds the store back. No caller sees
+// an error, and afterwards the store holds every admitted hit exactly
+// once: the checks whose replies never came are sent again with their
+// (node, seq), and the store counts each once.
 func TestHungStoreFailsOpenInOneTimeout(t *testing.T) {
 	const (
 		timeout = time.Second // the namespace's call timeout (the default)
@@ -86,7 +87,7 @@ func TestHungStoreFailsOpenInOneTimeout(t *testing.T) {
 			st := ps.open(t)
 			var nodes []*nodeProcess
 			for i := range 2 {
-				nodes = append(nodes, startNode(t, bin, nodeConfig(fmt.Sprintf("hang-%d", i), st.name, st.url, "    timeout: "+timeout.String(), 0)))
+				nodes = append(nodes, startNode(t, bin, nodeConfig(fmt.Sprintf("hang-%d", i), st.name, st.url, "    timeout: "+timeout.String()+"\n    store_down: local", 0)))
 			}
 			eventually(t, 10*time.Second, "every node ready", func() bool {
 				for _, n := range nodes {

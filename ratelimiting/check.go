@@ -162,6 +162,9 @@ func (in *Instance) execute(ctx context.Context, p *plan, n *ns, key string) (bo
 			p.refused = max(time.Millisecond, n.syncer.RetryIn())
 			return false, nil
 		}
+		if !in.mayShare(p, n) {
+			return false, nil
+		}
 		return in.checkLocal(p, key), nil // the limits are the shares already
 	case n.syncer != nil && n.cfg.SyncRate == 0:
 		return in.checkSynchronous(ctx, p, n, key)

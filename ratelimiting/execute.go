@@ -288,8 +288,10 @@ func denied(p *plan) bool {
 // not seen, so the store decides on all of them.
 func (in *Instance) checkInStore(ctx context.Context, p *plan, n *ns, key string) (allowed, ok bool, err error) {
 	allowed, ok, err = in.askStore(ctx, p, n, key)
-	if errors.Is(err, syncer.ErrInDoubt) && n.cfg.StoreDown == namespace.StoreDownDeny {
+	if errors.Is(err, syncer.ErrInDoubt) && (n.cfg.StoreDown == namespace.StoreDownDeny ||
+		n.cfg.StoreDown == namespace.StoreDownShare && !n.alone()) {
 		// Refused: the store counts it once if it did (errs toward less).
+		// A share of a window under way is never safe (storeDown).
 		p.refused = max(time.Millisecond, n.syncer.RetryIn())
 		return false, true, nil
 	}
@@ -443,6 +445,11 @@ func (in *Instance) checkNearLimit(ctx context.Context, p *plan, n *ns, key stri
 func (in *Instance) checkSynchronous(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
 	// Anchored windows and logs live in the store: even a peek asks it.
 	if !p.penalty && (p.cost > 0 || len(p.keyed) > 0) && n.syncer.CanCheck() {
+		if p.cost > 0 && n.cfg.StoreDown == namespace.StoreDownShare && n.syncer.Recovering() {
+			// Other nodes may still decide on their shares, or not have
+			// pushed what they did: decided in the store against the shares.
+			return in.recovering(ctx, p, n, key)
+		}
 		allowed, ok, err := in.checkInStore(ctx, p, n, key)
 		if err != nil || ok {
 			return allowed, err

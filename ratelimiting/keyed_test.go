@@ -213,7 +213,12 @@ func TestSynchronousKeyedHitsWhileTheStoreIsDownReachIt(t *testing.T) {
 	mem := memory.New()
 	store := strategytest.NewFaulty(mem)
 	in := newInstance(t, clk)
-	mustNew(t, in, synced("ns", namespace.Synchronous, store, time.Minute))
+	// A lone node decides on its own view while down (StoreDownLocal:
+	// sharing, a node that reached the store but has not counted the nodes
+	// yet refuses).
+	cfg := synced("ns", namespace.Synchronous, store, time.Minute)
+	cfg.StoreDown = namespace.StoreDownLocal
+	mustNew(t, in, cfg)
 	other := instanceOn(t, mem)
 	for _, algo := range []ratelimiting.Algorithm{ratelimiting.AnchoredWindow, ratelimiting.SlidingLog} {
 		l := ratelimiting.Limit{Limit: 10, Window: time.Hour, Algorithm: algo}

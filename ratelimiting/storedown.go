@@ -3,6 +3,7 @@ package ratelimiting
 import (
 	"context"
 	"errors"
+	"math"
 	"time"
 
 	"github.com/ratesync/ratesync/namespace"
@@ -14,8 +15,12 @@ import (
 //
 //   - share: on this node's view against each limit divided by the nodes
 //     seen using the store recently (the syncer counts them through the
-//     store while it answers): nodes cut off together admit at most the
-//     limit between them, as their counts reach the store once it is back;
+//     store while it answers), in windows that start once the outage has
+//     lasted long enough (mayShare), refused before: nodes cut off together
+//     admit at most the limit between them, as their counts reach the store
+//     once it is back; a node alone, or started during the outage,
+//     decides against the whole limit, and one that reached the store but
+//     has not counted the nodes yet refuses;
 //   - local: on this node's view against the whole limit;
 //   - deny: refused, with RetryAfter until the store's next probe.
 func (in *Instance) storeDown(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
@@ -27,10 +32,88 @@ func (in *Instance) storeDown(ctx context.Context, p *plan, n *ns, key string) (
 		return false, nil
 	}
 	nodes := n.syncer.Nodes()
-	if nodes <= 1 {
+	switch {
+	case n.alone():
 		return in.checkLocal(p, key), nil
+	case nodes == 0:
+		// The store answered, the count of the nodes not yet: no share
+		// is known to be safe.
+		p.refused = max(time.Millisecond, n.syncer.RetryIn())
+		return false, nil
+	case !in.mayShare(p, n):
+		return false, nil
 	}
 	return in.decideShare(ctx, p, n, key, nodes, plan{cost: p.cost, penalty: p.penalty, local: true}, n.syncer.RetryIn())
+}
+
+// alone reports whether this node's share of a limit is the whole of it:
+// it counted only itself using the store, or it started during an outage
+// (the store never answered it) and knows of no other node.
+func (n *ns) alone() bool {
+	nodes := n.syncer.Nodes()
+	return nodes == 1 || nodes == 0 && !n.syncer.Answered()
+}
+
+// mayShare reports whether the node may decide p's request on its shares;
+// when not, it refuses it (p.refused). Other nodes took quota from the store until it went down, and this node does not
+// know how much: a share is safe only in windows that start after the
+// outage, and, since a store that loses some replies still answers the
+// other nodes, only once it has lasted long enough that every node would
+// have seen it back (syncer.ShareIn). Until then the node refuses what its
+// leases do not cover: the outage costs admissions, never the limit.
+func (in *Instance) mayShare(p *plan, n *ns) bool {
+	wait, down := n.syncer.ShareIn()
+	if !down {
+		// Marked up since the store failed this request: ask again.
+		p.refused = time.Millisecond
+		return false
+	}
+	from := p.now + int64(math.Ceil(float64(wait)/float64(time.Millisecond)))
+	at := p.freshFrom(from)
+	if p.now >= at {
+		return true
+	}
+	retry := time.Duration(at-p.now) * time.Millisecond
+	if probe := n.syncer.RetryIn(); probe > 0 && probe < retry {
+		retry = probe // the store may be back before then
+	}
+	p.refused = max(time.Millisecond, retry)
+	return false
+}
+
+// freshFrom returns the first instant (Unix ms) at which every state p's
+// limits read began at or after from: a fixed window that starts then, a
+// sliding window whose previous window does, a precision limit's whole
+// span, a bucket that has had time to refill from empty, an anchored
+// window or a log that opened then.
+func (p *plan) freshFrom(from int64) int64 {
+	at := from
+	for i := range p.limits {
+		l := &p.limits[i]
+		switch r := p.idx[i]; r.kind {
+		case refWindow, refSpan:
+			g := p.windowOf(i)
+			size, start := g.sr.Size(), g.w.Start()
+			first := start
+			if from > start {
+				first += (from - start + size - 1) / size * size
+			}
+			switch {
+			case r.kind == refSpan:
+				first += p.spans[r.j].span
+			case !l.fixed():
+				first += size
+			}
+			at = max(at, first)
+		case refBucket, refKeyed:
+			fill := float64(l.Window.Milliseconds())
+			if r.kind == refBucket {
+				fill *= l.burst() / l.Limit
+			}
+			at = max(at, from+int64(min(math.Ceil(fill), 1<<53)))
+		}
+	}
+	return at
 }
 
 // decideShare decides p's request as q, with each of p's limits (and
@@ -59,8 +142,9 @@ func (in *Instance) decideShare(ctx context.Context, p *plan, n *ns, key string,
 	return allowed, nil
 }
 
-// recovering decides a request of a leased namespace whose store came
-// back less than a sync ago (syncer.Recovering): in the store, counted at
+// recovering decides a request of a leased or synchronous namespace whose
+// store came back from an outage less than a probe interval ago
+// (syncer.Recovering): in the store, counted at
 // once, against each limit divided by the nodes, as storeDown's share
 // (whatever the behaviour), and by storeDown when the store does not
 // answer. A node that has not yet seen the store back admits at most its
@@ -68,7 +152,7 @@ func (in *Instance) decideShare(ctx context.Context, p *plan, n *ns, key string,
 // that have seen it admit, seen by all, only while the count stays within
 // one share. So the limit holds while the nodes' views converge.
 func (in *Instance) recovering(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
-	return in.decideShare(ctx, p, n, key, n.syncer.Nodes(), plan{cost: p.cost, inStore: true}, n.cfg.SyncRate)
+	return in.decideShare(ctx, p, n, key, max(1, n.syncer.Nodes()), plan{cost: p.cost, inStore: true}, max(n.cfg.SyncRate, time.Millisecond))
 }
 
 // storeDownStates writes the states of a request the store-down behaviour

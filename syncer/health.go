@@ -26,7 +26,9 @@ type health struct {
 	next atomic.Int64 // Config.Clock, Unix ns: when the next probe is due
 
 	lastSync atomic.Int64 // ns: how long the last successful sync took (watch)
-	upAt     atomic.Int64 // Config.Clock, Unix ns: when the store was last marked up after being down
+	lastOK   atomic.Int64 // Config.Clock, Unix ns: when an exchange last succeeded
+	upAt     atomic.Int64 // Config.Clock, Unix ns: when the store was last marked up after an outage of a call timeout or more
+	downAt   atomic.Int64 // Config.Clock, Unix ns: when the store was marked down; 0 while it is up
 
 	mu      sync.Mutex    // a leaf of the lock order; guards what follows
 	since   time.Time     // Config.Clock: when the store went down
@@ -60,6 +62,7 @@ func (s *Syncer) markDown(op string, err error) {
 	was := h.down.Swap(true)
 	if !was {
 		h.since = now
+		h.downAt.Store(now.UnixNano())
 	}
 	h.mu.Unlock()
 	s.queue.wake() // the synchronous worker arms its probe
@@ -72,20 +75,26 @@ func (s *Syncer) markDown(op string, err error) {
 
 // markUp records a successful exchange. After a failure it logs one INFO
 // line: how long the store was down and what was pending then (pushed now,
-// or about to be), and resets the back-off.
+// or about to be), and resets the back-off. An outage of a call timeout or
+// more, counted from the last exchange that succeeded, starts a recovery
+// (Recovering): other nodes may have decided on their shares meanwhile.
 func (s *Syncer) markUp(pending int) {
 	h := &s.health
+	now := s.clock.now()
+	last := h.lastOK.Swap(now.UnixNano())
 	if !h.down.Load() {
 		return
 	}
-	now := s.clock.now()
 	h.mu.Lock()
 	was := h.down.Swap(false)
 	since := h.since
 	h.backoff = 0
 	h.next.Store(0)
 	if was {
-		h.upAt.Store(now.UnixNano())
+		h.downAt.Store(0)
+		if now.UnixNano()-last >= int64(s.conf.Load().HitTimeout) {
+			h.upAt.Store(now.UnixNano())
+		}
 	}
 	h.mu.Unlock()
 	if was {
@@ -140,15 +149,53 @@ func (s *Syncer) RetryIn() time.Duration {
 	return s.retryIn()
 }
 
-// Recovering reports whether the store came back up (after being marked
-// down) less than one sync interval and one call timeout ago: the other
-// nodes may not have seen it yet, nor pushed what they decided on their
-// own meanwhile, so the store's counts may still miss it.
+// Recovering reports whether the store came back up, after an outage of a
+// call timeout or more, less than one probe interval (the sync interval,
+// or the longest back-off in synchronous mode) and one call timeout ago:
+// the other nodes may not have seen it yet, nor pushed what they decided
+// on their shares meanwhile, so the store's counts may still miss it. A
+// shorter outage (a lost reply, a slow call) cannot have let any node
+// decide on its share (ShareIn).
 func (s *Syncer) Recovering() bool {
 	at := s.health.upAt.Load()
 	if at == 0 {
 		return false
 	}
 	c := s.conf.Load()
-	return s.clock.now().UnixNano()-at < int64(max(c.Rate, 0)+c.HitTimeout)
+	return s.clock.now().UnixNano()-at < int64(probeEvery(c.Rate)+c.HitTimeout)
 }
+
+// probeEvery bounds how long a node whose store is down takes to try it
+// again: its next sync in periodic mode, the longest back-off in
+// synchronous mode.
+func probeEvery(rate time.Duration) time.Duration {
+	if rate > 0 {
+		return rate
+	}
+	return retryMax
+}
+
+// ShareIn returns, while the store is down, how long from now until a node
+// may decide on its share of the limits in windows that start from then on
+// (negative once that instant has passed; see ratelimiting's store-down
+// behaviour): one probe interval (Recovering) and two call timeouts after
+// the store was marked down. Every node that could still reach the store
+// then would have seen it (each probe tries, and a store that answers one
+// node answers all), and a node that sees the store back after an outage
+// that long decides in the store against the shares until the others have
+// too (Recovering). So a store that loses some replies, or answers one node
+// late, never lets a node decide on its own while the others take quota
+// from the store. ok is false while the store is up.
+func (s *Syncer) ShareIn() (d time.Duration, ok bool) {
+	at := s.health.downAt.Load()
+	if at == 0 || !s.isDown() {
+		return 0, false
+	}
+	c := s.conf.Load()
+	from := at + int64(probeEvery(c.Rate)+2*c.HitTimeout)
+	return time.Duration(from - s.clock.now().UnixNano()), true
+}
+
+// Answered reports whether the store has answered this namespace at least
+// once since it started.
+func (s *Syncer) Answered() bool { return s.health.lastOK.Load() != 0 }

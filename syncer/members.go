@@ -38,8 +38,9 @@ type members struct {
 }
 
 // Nodes returns how many nodes, this one included, were seen using the
-// store in the last 10 to 20 seconds as of the last count; 1 before any.
-func (s *Syncer) Nodes() int { return max(1, int(s.members.count.Load())) }
+// store in the last 10 to 20 seconds as of the last count; 0 before any
+// count succeeded.
+func (s *Syncer) Nodes() int { return int(s.members.count.Load()) }
 
 // membersDue reports whether a count is due: a hint, read without the
 // lock (membersIfDue decides under it).
