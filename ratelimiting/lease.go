@@ -124,11 +124,40 @@ type lease struct {
 	limits []Limit               // the limit set, as the requests name it
 	next   atomic.Pointer[lease] // the key's next limit set
 	cur    atomic.Pointer[grant] // the grant being spent; nil when none
-	mu     sync.Mutex            // one grant at a time; guards the fields below
+	mu     keyLock               // one grant at a time; guards the fields below
 	denied *denial               // the store's last refusal, while it stands
 	k      float64               // the last grant's size
 	seen   float64               // held at the last sweep: unchanged means idle
 }
+
+// keyLock is a lease's lock: a request waiting for another's grant gives
+// up when its context ends.
+type keyLock chan struct{}
+
+func (l keyLock) lock(ctx context.Context) bool {
+	select {
+	case l <- struct{}{}:
+		return true
+	default:
+	}
+	select {
+	case l <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (l keyLock) tryLock() bool {
+	select {
+	case l <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l keyLock) unlock() { <-l }
 
 // grant is quota the store granted: held units spent by compare-and-swap,
 // and the store's state after the grant, to answer from.
@@ -182,7 +211,7 @@ func (t *leaseTable) get(key string, limits []Limit) *lease {
 	if l := t.find(key, limits); l != nil {
 		return l
 	}
-	nl := &lease{limits: slices.Clone(limits)}
+	nl := &lease{limits: slices.Clone(limits), mu: make(keyLock, 1)}
 	head, loaded := t.m.LoadOrStore(key, nl)
 	if !loaded {
 		return nl
@@ -321,8 +350,12 @@ func (p *plan) leasable() bool {
 func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
 	t := n.leases
 	ls := t.get(key, p.limits)
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
+	if !ls.mu.lock(ctx) {
+		// The caller gave up while another request of the key waited
+		// for the store.
+		return false, ctx.Err()
+	}
+	defer ls.mu.unlock()
 	now, cost := p.now, p.cost
 	old := ls.cur.Load()
 	if old != nil && now < old.until && now >= old.at {
@@ -699,7 +732,7 @@ func (in *Instance) sweepLeases(n *ns, all bool) {
 	t.m.Range(func(key string, head *lease) bool {
 		empty := true
 		for ls := head; ls != nil; ls = ls.next.Load() {
-			if !ls.mu.TryLock() {
+			if !ls.mu.tryLock() {
 				empty = false
 				continue // a grant under way: next sweep
 			}
@@ -719,7 +752,7 @@ func (in *Instance) sweepLeases(n *ns, all bool) {
 			if g != nil || ls.denied != nil {
 				empty = false
 			}
-			ls.mu.Unlock()
+			ls.mu.unlock()
 		}
 		if empty {
 			t.m.Compute(key, func(old *lease, loaded bool) (*lease, bool) {
@@ -734,11 +767,11 @@ func (in *Instance) sweepLeases(n *ns, all bool) {
 // refusal.
 func leaseIdle(head *lease) bool {
 	for ls := head; ls != nil; ls = ls.next.Load() {
-		if ls.cur.Load() != nil || !ls.mu.TryLock() {
+		if ls.cur.Load() != nil || !ls.mu.tryLock() {
 			return false
 		}
 		d := ls.denied
-		ls.mu.Unlock()
+		ls.mu.unlock()
 		if d != nil {
 			return false
 		}

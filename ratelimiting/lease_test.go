@@ -348,3 +348,49 @@ func TestStoreDownBehaviours(t *testing.T) {
 		})
 	}
 }
+
+// hangingChecks is a memory store whose CheckAndCount waits for gate (or
+// its context) first: a store that hangs on grants.
+type hangingChecks struct {
+	*memory.Store
+	gate chan struct{}
+}
+
+func (h *hangingChecks) CheckAndCount(ctx context.Context, node string, seq uint64, checks []strategy.Check) ([]strategy.CheckResult, error) {
+	select {
+	case <-h.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return h.Store.CheckAndCount(ctx, node, seq, checks)
+}
+
+// A request that waits behind another's grant request gives up when its
+// context ends, not when the store answers the other.
+func TestLeaseWaitEndsWithTheCaller(t *testing.T) {
+	store := &hangingChecks{Store: memory.New(), gate: make(chan struct{})}
+	var ms atomic.Int64
+	ms.Store(1_900_000_000_000)
+	a := leasedNode(t, store, &ms, "a")
+	var release sync.Once
+	open := func() { release.Do(func() { close(store.gate) }) }
+	t.Cleanup(open) // before the node closes: its last sync asks the store
+	limit := ratelimiting.Limit{Limit: 100, Window: time.Minute, Algorithm: ratelimiting.FixedWindow}
+	first := make(chan error, 1)
+	go func() {
+		_, err := a.AllowOne(context.Background(), "ls", "k", 1, limit)
+		first <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // the first request waits for its grant
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := a.AllowOne(ctx, "ls", "k", 1, limit)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
+		t.Fatalf("the second request returned %v after %v, want its context's deadline within 100ms (the store hangs 2s)", err, took)
+	}
+	open()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
