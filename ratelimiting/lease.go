@@ -234,10 +234,7 @@ func (t *leaseTable) get(key string, limits []Limit) *lease {
 // waste only as long as the units held shrink with it. (A billionth more
 // keeps float rounding on the safe side.)
 func (g *grant) avail(h float64, now int64) float64 {
-	if g.decay == 0 {
-		return h
-	}
-	return h - g.decay*float64(now-g.at)*(1+1e-9)
+	return arith.LeaseLeft(h, g.decay, g.at, now)
 }
 
 // take takes cost from g when it may admit that much at now, and returns
@@ -576,24 +573,24 @@ func (in *Instance) granted(n *ns, ls *lease, old *grant, p *plan, key string, w
 		case refWindow:
 			gr := &p.groups[r.j]
 			pt.kind, pt.w, pt.cur, pt.prev, pt.start, pt.size = refWindow, gr.w, gr.cur, gr.prev, gr.w.Start(), gr.sr.Size()
-			g.until = min(g.until, pt.start+pt.size)
+			g.until = min(g.until, arith.WindowLeaseEnd(pt.start, pt.size))
 		case refSpan:
 			s := &p.spans[r.j]
 			gr := &p.groups[s.g]
 			pt.kind, pt.w, pt.cur, pt.mid, pt.prev, pt.start, pt.size, pt.span = refSpan, gr.w, gr.cur, s.mid, s.old, gr.w.Start(), gr.sr.Size(), s.span
-			g.until = min(g.until, pt.start+pt.size)
+			g.until = min(g.until, arith.WindowLeaseEnd(pt.start, pt.size))
 		case refBucket:
 			b := &p.buckets[r.j]
 			pt.kind, pt.bucket, pt.buckets, pt.bucketOf = refBucket, b.after, b.t, b.first
 			// Valid while the store's bucket, as the grant left it, is not
 			// empty (its level reaches 0 at Origin + Base/Rate), the units
 			// held shrinking with its refill meanwhile (avail).
-			g.until = min(g.until, b.after.Origin+int64(math.Floor(b.after.Base/b.after.Rate)))
-			g.decay = max(g.decay, b.rate/float64(b.after.Window))
+			g.until = min(g.until, arith.BucketLeaseEnd(b.after.Base, b.after.Origin, b.after.Rate))
+			g.decay = max(g.decay, arith.LeaseDecay(b.rate, b.after.Window))
 		case refKeyed:
 			k := &p.keyed[r.j]
 			pt.kind, pt.cur, pt.start, pt.size = refKeyed, k.count, k.at, k.window
-			g.until = min(g.until, k.at+k.window)
+			g.until = min(g.until, arith.WindowLeaseEnd(k.at, k.window))
 		}
 	}
 	held := want - p.cost
@@ -635,7 +632,7 @@ func (in *Instance) expire(n *ns, key string, ls *lease, old *grant, now int64) 
 func (in *Instance) giveBack(n *ns, key string, ls *lease, g *grant, units float64, now int64) {
 	t := n.leases
 	returned := 0.0
-	units = safeUnits(units)
+	units = arith.SafeUnits(units)
 	for i := range g.parts {
 		pt := &g.parts[i]
 		switch pt.kind {
@@ -675,10 +672,10 @@ func (in *Instance) resolveGrants(n *ns, checks []strategy.Check, res []strategy
 		decay := 0.0
 		for _, l := range c.Limits {
 			if l.Kind != 0 && l.Kind != strategy.KindAnchored {
-				decay = max(decay, l.Limit/float64(l.WindowSize.Milliseconds()))
+				decay = max(decay, arith.LeaseDecay(l.Limit, l.WindowSize.Milliseconds()))
 			}
 		}
-		units := safeUnits(c.Cost - decay*float64(now-at)*(1+1e-9))
+		units := arith.SafeUnits(arith.LeaseLeft(c.Cost, decay, at, now))
 		if units <= 0 {
 			continue
 		}
@@ -713,10 +710,6 @@ func (in *Instance) resolveGrants(n *ns, checks []strategy.Check, res []strategy
 	}
 }
 
-// safeUnits rounds units given back down to a multiple of 1/1024: a
-// binary fraction that a store times any whole window holds exactly, so
-// float rounding never gives back more than was held.
-func safeUnits(v float64) float64 { return math.Floor(v*1024) / 1024 }
 
 // sweepLeases returns what this node holds and will not use: grants whose
 // validity ended, and grants not spent from since the last sweep (an idle
