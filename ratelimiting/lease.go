@@ -710,7 +710,6 @@ func (in *Instance) resolveGrants(n *ns, checks []strategy.Check, res []strategy
 	}
 }
 
-
 // sweepLeases returns what this node holds and will not use: grants whose
 // validity ended, and grants not spent from since the last sweep (an idle
 // key), or every grant when all is set (the namespace goes away). Leases
