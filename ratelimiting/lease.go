@@ -382,7 +382,8 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 	}
 	want := ls.size(t, old, p, key, now)
 	first := want
-	for try := 0; try < 2; try++ {
+	asks := 2
+	for try := 0; try < asks; try++ {
 		t.stats.storeCalls.Add(1)
 		p.cost = want
 		allowed, ok, err := in.askStore(ctx, p, n, key)
@@ -420,15 +421,28 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 	// Refused: nothing fits the request now. The node refuses on its own
 	// until a chunk could fit (chunk): asking for each unit as it frees
 	// would cost a store call per unit, and every node would ask for it.
-	t.stats.denials.Add(1)
+	if asks > 0 {
+		t.stats.denials.Add(1)
+	} else {
+		t.stats.local.Add(1)
+	}
 	d := &denial{cost: cost, at: now, states: make([]LimitState, len(p.limits))}
 	retry := p.decide(key, false, d.states)
 	if c := chunk(p.limits, cost, first); c > cost {
 		// Nodes refused alike would all ask at the same instant, and all
 		// but one be refused again: each waits a random part of the time
-		// the chunk takes to free on top.
+		// the chunk takes to free on top. A bucket's tokens keep until it
+		// is full: there each waits a random part of that time per node
+		// using the store, so that about one node asks per chunk refilled,
+		// and finds it. (A window's quota freed late in a wait would be
+		// taken in lumps, and a sliding window's spans hold more.)
 		in := p.chunkFitsIn(key, c)
-		wait := in + rand.Int64N(max(1, (in-retry.Milliseconds())/2+1))
+		each := max(1, in-retry.Milliseconds())
+		spread := each/2 + 1
+		if len(p.groups) == 0 {
+			spread += 2 * int64(max(1, n.syncer.Nodes())-1) * each
+		}
+		wait := in + rand.Int64N(spread)
 		// Not past the last moment of the window, when the node takes
 		// what is left rather than let it go unused.
 		wait = min(wait, p.windowEnd()-now-1)
