@@ -85,7 +85,11 @@ func leasesUnderFault(t *testing.T, kind, fault string, leased bool) {
 	if !leased {
 		rate = namespace.Synchronous
 	}
-	c := newCluster(t, ClusterConfig{Nodes: nodes, SyncRate: rate, Strategy: store, Leases: leased,
+	// The nodes count on their own clock, one clock in one process, so
+	// that the window of each hit is known to the millisecond whatever a
+	// lossy store does to the measure of its clock (store time is tested
+	// on its own).
+	c := newCluster(t, ClusterConfig{Nodes: nodes, SyncRate: rate, Strategy: store, Leases: leased, Clock: namespace.NodeClock,
 		WindowSizes: []time.Duration{window}, Options: []ratelimiting.Option{ratelimiting.WithSyncTimeout(5*time.Second, time.Second)}})
 	lim := ratelimiting.Limit{Limit: limit, Window: window, Algorithm: ratelimiting.FixedWindow}
 	ctx := context.Background()
@@ -134,6 +138,15 @@ func leasesUnderFault(t *testing.T, kind, fault string, leased bool) {
 		t.Fatal(err)
 	}
 	noErrors(t, res)
+	for _, d := range res.Decisions {
+		// The window each hit was counted in, by the node's Reset, ends
+		// while the hit was asked or answered, or the attribution is wrong.
+		if s := d.DecidedWindow(window); d.Allowed {
+			if at := s.Add(window - d.Reset); at.Before(d.At.Add(-clockSlack)) || at.After(d.At.Add(d.Latency+clockSlack)) {
+				t.Fatalf("a hit asked at %v and answered %v later was counted in the window starting %v, %v before its end", d.At, d.Latency, s, d.Reset)
+			}
+		}
+	}
 	per := res.PerDecidedWindow(window)
 	counts := admissions(per)
 	for _, w := range per {

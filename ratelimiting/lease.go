@@ -127,7 +127,12 @@ type lease struct {
 	mu     keyLock               // one grant at a time; guards the fields below
 	denied *denial               // the store's last refusal, while it stands
 	k      float64               // the last grant's size
-	seen   float64               // held at the last sweep: unchanged means idle
+	// starved: what this node refused since the last grant (at since, ms),
+	// demand beyond what it held: the next grant follows the rate of the
+	// last one and of that together.
+	starved float64
+	since   int64
+	seen    float64 // held at the last sweep: unchanged means idle
 }
 
 // keyLock is a lease's lock: a request waiting for another's grant gives
@@ -366,6 +371,7 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 	}
 	if d := ls.denied; d != nil {
 		if now < d.until && now >= d.at && cost >= d.cost {
+			ls.starved += cost
 			t.stats.local.Add(1)
 			p.denial = d
 			return false, nil
@@ -457,6 +463,7 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 		d.states[i].Allowed, d.states[i].RetryAfter = false, retry
 	}
 	ls.denied = d
+	ls.starved += cost
 	p.denial = d
 	return false, nil
 }
@@ -501,9 +508,11 @@ func chunk(limits []Limit, cost, want float64) float64 {
 
 // size returns how much to ask for: the request's cost at least; twice the
 // last grant when this node spent it within half a horizon, otherwise what
-// it spent per ms times the horizon; at most half of what the limits have
-// left as this node's view last read them, so that other nodes asking find
-// some too.
+// it spent per ms times the horizon, or, when it refused requests since
+// (starved), the last grant and those per ms times the horizon; at most
+// half of what the
+// limits have left as this node's view last read them, so that other nodes
+// asking find some too.
 func (ls *lease) size(t *leaseTable, old *grant, p *plan, key string, now int64) float64 {
 	k, horizon := p.cost, t.horizon.Load()
 	switch {
@@ -518,7 +527,11 @@ func (ls *lease) size(t *leaseTable, old *grant, p *plan, key string, now int64)
 	case ls.k > 0:
 		k = max(k, ls.k)
 	}
-	if left := p.largestFit(key, p.cost); left/2 >= p.cost && left >= 2*chunk(p.limits, p.cost, k) {
+	if ls.starved > 0 {
+		k = max(k, math.Ceil((ls.k+ls.starved)/float64(max(1, now-ls.since))*float64(horizon)))
+	}
+	switch left := p.largestFit(key, p.cost); {
+	case left/2 >= p.cost && left >= 2*chunk(p.limits, p.cost, k):
 		k = min(k, math.Floor(left/2))
 	}
 	return max(k, p.cost)
@@ -618,7 +631,7 @@ func (in *Instance) granted(n *ns, ls *lease, old *grant, p *plan, key string, w
 		t.stats.held.Add(-1)
 	}
 	g.held.Store(math.Float64bits(held))
-	ls.k = want
+	ls.k, ls.starved, ls.since = want, 0, now
 	ls.cur.Store(g)
 	t.stats.held.Add(1)
 	t.stats.grants.Add(1)
