@@ -388,8 +388,7 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 	}
 	want := ls.size(t, old, p, key, now)
 	first := want
-	asks := 2
-	for try := 0; try < asks; try++ {
+	for try := 0; try < 2; try++ {
 		t.stats.storeCalls.Add(1)
 		p.cost = want
 		allowed, ok, err := in.askStore(ctx, p, n, key)
@@ -427,11 +426,7 @@ func (in *Instance) checkLeased(ctx context.Context, p *plan, n *ns, key string)
 	// Refused: nothing fits the request now. The node refuses on its own
 	// until a chunk could fit (chunk): asking for each unit as it frees
 	// would cost a store call per unit, and every node would ask for it.
-	if asks > 0 {
-		t.stats.denials.Add(1)
-	} else {
-		t.stats.local.Add(1)
-	}
+	t.stats.denials.Add(1)
 	d := &denial{cost: cost, at: now, states: make([]LimitState, len(p.limits))}
 	retry := p.decide(key, false, d.states)
 	if c := chunk(p.limits, cost, first); c > cost {
@@ -510,9 +505,8 @@ func chunk(limits []Limit, cost, want float64) float64 {
 // last grant when this node spent it within half a horizon, otherwise what
 // it spent per ms times the horizon, or, when it refused requests since
 // (starved), the last grant and those per ms times the horizon; at most
-// half of what the
-// limits have left as this node's view last read them, so that other nodes
-// asking find some too.
+// half of what the limits have left as this node's view last read them, so
+// that other nodes asking find some too.
 func (ls *lease) size(t *leaseTable, old *grant, p *plan, key string, now int64) float64 {
 	k, horizon := p.cost, t.horizon.Load()
 	switch {
@@ -530,8 +524,7 @@ func (ls *lease) size(t *leaseTable, old *grant, p *plan, key string, now int64)
 	if ls.starved > 0 {
 		k = max(k, math.Ceil((ls.k+ls.starved)/float64(max(1, now-ls.since))*float64(horizon)))
 	}
-	switch left := p.largestFit(key, p.cost); {
-	case left/2 >= p.cost && left >= 2*chunk(p.limits, p.cost, k):
+	if left := p.largestFit(key, p.cost); left/2 >= p.cost && left >= 2*chunk(p.limits, p.cost, k) {
 		k = min(k, math.Floor(left/2))
 	}
 	return max(k, p.cost)

@@ -18,9 +18,9 @@ import (
 //     store while it answers), in windows that start once the outage has
 //     lasted long enough (mayShare), refused before: nodes cut off together
 //     admit at most the limit between them, as their counts reach the store
-//     once it is back; a node alone, or started during the outage,
-//     decides against the whole limit, and one that reached the store but
-//     has not counted the nodes yet refuses;
+//     once it is back; a node alone, or started during the outage, decides
+//     against the whole limit, and one that reached the store but has not
+//     counted the nodes yet refuses;
 //   - local: on this node's view against the whole limit;
 //   - deny: refused, with RetryAfter until the store's next probe.
 func (in *Instance) storeDown(ctx context.Context, p *plan, n *ns, key string) (bool, error) {
@@ -55,12 +55,13 @@ func (n *ns) alone() bool {
 }
 
 // mayShare reports whether the node may decide p's request on its shares;
-// when not, it refuses it (p.refused). Other nodes took quota from the store until it went down, and this node does not
-// know how much: a share is safe only in windows that start after the
-// outage, and, since a store that loses some replies still answers the
-// other nodes, only once it has lasted long enough that every node would
-// have seen it back (syncer.ShareIn). Until then the node refuses what its
-// leases do not cover: the outage costs admissions, never the limit.
+// when not, it refuses it (p.refused). Other nodes took quota from the
+// store until it went down, and this node does not know how much: a share
+// is safe only in windows that start after the outage, and, since a store
+// that loses some replies still answers the other nodes, only once it has
+// lasted long enough that every node would have seen it back
+// (syncer.ShareIn). Until then the node refuses what its leases do not
+// cover: the outage costs admissions, never the limit.
 func (in *Instance) mayShare(p *plan, n *ns) bool {
 	wait, down := n.syncer.ShareIn()
 	if !down {

@@ -28,10 +28,9 @@ type health struct {
 	lastSync atomic.Int64 // ns: how long the last successful sync took (watch)
 	lastOK   atomic.Int64 // Config.Clock, Unix ns: when an exchange last succeeded
 	upAt     atomic.Int64 // Config.Clock, Unix ns: when the store was last marked up after an outage of a call timeout or more
-	downAt   atomic.Int64 // Config.Clock, Unix ns: when the store was marked down; 0 while it is up
+	downAt   atomic.Int64 // Config.Clock, Unix ns: when the store went down; 0 while it is up
 
 	mu      sync.Mutex    // a leaf of the lock order; guards what follows
-	since   time.Time     // Config.Clock: when the store went down
 	backoff time.Duration // the current back-off (synchronous mode)
 }
 
@@ -61,7 +60,6 @@ func (s *Syncer) markDown(op string, err error) {
 	h.next.Store(now.Add(h.backoff).UnixNano())
 	was := h.down.Swap(true)
 	if !was {
-		h.since = now
 		h.downAt.Store(now.UnixNano())
 	}
 	h.mu.Unlock()
@@ -87,7 +85,7 @@ func (s *Syncer) markUp(pending int) {
 	}
 	h.mu.Lock()
 	was := h.down.Swap(false)
-	since := h.since
+	since := time.Unix(0, h.downAt.Load())
 	h.backoff = 0
 	h.next.Store(0)
 	if was {
