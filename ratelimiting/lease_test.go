@@ -366,12 +366,15 @@ func (h *hangingChecks) CheckAndCount(ctx context.Context, node string, seq uint
 }
 
 // A request that waits behind another's grant request gives up when its
-// context ends, not when the store answers the other.
+// context ends, while the other still waits for the store.
 func TestLeaseWaitEndsWithTheCaller(t *testing.T) {
 	store := &hangingChecks{Store: memory.New(), gate: make(chan struct{})}
-	var ms atomic.Int64
-	ms.Store(1_900_000_000_000)
-	a := leasedNode(t, store, &ms, "a")
+	a := ratelimiting.NewInstance(t.Name(), ratelimiting.WithNodeID("a"), ratelimiting.WithLogger(slog.New(slog.DiscardHandler)),
+		ratelimiting.WithSyncTimeout(time.Minute, time.Minute)) // the first request waits for the gate
+	if err := a.New(namespace.Config{Name: "ls", SyncRate: time.Hour, Strategy: store, Leases: true, WindowSizes: []time.Duration{time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
 	var release sync.Once
 	open := func() { release.Do(func() { close(store.gate) }) }
 	t.Cleanup(open) // before the node closes: its last sync asks the store
@@ -384,10 +387,25 @@ func TestLeaseWaitEndsWithTheCaller(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the first request waits for its grant
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	start := time.Now()
-	_, err := a.AllowOne(ctx, "ls", "k", 1, limit)
-	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > time.Second {
-		t.Fatalf("the second request returned %v after %v, want its context's deadline within 100ms (the store hangs 2s)", err, took)
+	second := make(chan error, 1)
+	go func() {
+		_, err := a.AllowOne(ctx, "ls", "k", 1, limit)
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the second request: %v, want its context's deadline", err)
+		}
+	case err := <-first:
+		t.Fatalf("the first request returned (%v) before the second, whose context ended: the second waited for it", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second request still waits after its context ended")
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first request returned (%v) while the store hangs", err)
+	default:
 	}
 	open()
 	if err := <-first; err != nil {
