@@ -114,17 +114,24 @@ type panel struct {
 // limits, leased runs beside periodic and synchronous ones: one colour per
 // node count, leased lines wide and pale with square marks.
 func writeLeaseSVG(path string, rows []row, o *options) error {
-	const w, h = 1140, 440
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	fmt.Fprintf(&b, `<text x="60" y="20" font-size="14">Leased, periodic and synchronous vs sync rate (%s store, limit %g per %v, %g hits/s offered, %s spread, %v per run)</text>`+"\n",
+	title := fmt.Sprintf("Leased, periodic and synchronous vs sync rate (%s store, limit %g per %v, %g hits/s offered, %s spread, %v per run)",
 		o.store, o.limit, o.window, o.rate, o.spread, o.duration)
 	panels := []panel{
 		{title: "over-admission (% of the limit)", value: func(r row) float64 { return r.overPct }, refs: []float64{0}},
 		{title: "least admitted in a window (% of the limit)", value: func(r row) float64 { return r.minPct }, refs: []float64{100}},
 		{title: "store calls per 100 decisions (log)", value: func(r row) float64 { return r.calls }, refs: []float64{1}, lo: 0.01, log: true},
 	}
+	return writePanels(path, 1140, title, panels, rows)
+}
+
+// writePanels writes an SVG of w by 440 with title and panels side by
+// side over rows, against sync rate, and the legend of the node counts.
+func writePanels(path string, w int, title string, panels []panel, rows []row) error {
+	const h = 440
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="60" y="20" font-size="14">%s</text>`+"\n", title)
 	syncs := sortedSyncs(rows)
 	for i, p := range panels {
 		p.x, p.y, p.w, p.h = float64(60+380*i), 60, 280, 300
@@ -141,19 +148,15 @@ func writeLeaseSVG(path string, rows []row, o *options) error {
 // for buckets, dashed for window limits, dotted for sliding windows with a
 // precision.
 func writeRateSVG(path string, rows []row, o *options) error {
-	const h = 440
 	w := 1140
 	if !o.buckets() {
 		w = 880
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
 	burst := ""
 	if o.buckets() {
 		burst = fmt.Sprintf(", burst %g", capacity(o.limitOf(spec{alg: ratelimiting.TokenBucket})))
 	}
-	fmt.Fprintf(&b, `<text x="60" y="20" font-size="14">Long-run rate and largest burst vs sync rate (%s store, limit %g per %v%s, %g hits/s offered, %v per run)</text>`+"\n",
+	title := fmt.Sprintf("Long-run rate and largest burst vs sync rate (%s store, limit %g per %v%s, %g hits/s offered, %v per run)",
 		o.store, o.limit, o.window, burst, o.rate, o.duration)
 	panels := []panel{
 		{title: "long-run rate (× r)", value: func(r row) float64 { return r.longRun }, refs: []float64{1}, step: 0.5},
@@ -164,14 +167,7 @@ func writeRateSVG(path string, rows []row, o *options) error {
 	if !o.buckets() {
 		panels = slices.Delete(panels, 1, 2)
 	}
-	syncs := sortedSyncs(rows)
-	for i, p := range panels {
-		p.x, p.y, p.w, p.h = float64(60+380*i), 60, 280, 300
-		p.draw(&b, rows, syncs)
-	}
-	rateLegend(&b, rows, 60, h-30)
-	b.WriteString("</svg>\n")
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	return writePanels(path, w, title, panels, rows)
 }
 
 // sortedSyncs returns the sync rates of rows, in order.
