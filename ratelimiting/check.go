@@ -162,7 +162,7 @@ func (in *Instance) execute(ctx context.Context, p *plan, n *ns, key string) (bo
 			p.refused = max(time.Millisecond, n.syncer.RetryIn())
 			return false, nil
 		}
-		if !in.mayShare(p, n) {
+		if n.cfg.StoreDown == namespace.StoreDownShare && !in.mayShare(p, n) {
 			return false, nil
 		}
 		return in.checkLocal(p, key), nil // the limits are the shares already
